@@ -1,0 +1,45 @@
+# redis-ratelimit: `make run` and `make test` do all the set-up on a fresh Debian machine.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+SO      := target/release/libredis_ratelimit.so
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# Debian packages the build and the tests need: the server (with redis-cli and
+# redis-benchmark) and libclang for bindgen.
+PACKAGES := redis-server redis-tools libclang-dev
+
+.PHONY: help deps build run test bench lint fmt clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+
+deps: ## Install redis-server, redis-tools and libclang-dev when missing (apt)
+	@missing=$$(for p in $(PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:" $$missing; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+build: deps ## Build the module in release mode ($(SO))
+	cargo build --release
+
+run: build ## Start redis-server on port 6379 with the module (redis.conf), in the foreground
+	mkdir -p .run
+	redis-server redis.conf --loadmodule $(CURDIR)/$(SO)
+
+test: deps ## Run every unit and integration test (starts its own servers)
+	cargo test --release
+
+bench: build ## Throughput and server CPU against INCR and the equivalent Lua scripts
+	bench/bench.sh
+
+lint: ## rustfmt check and clippy on every target
+	cargo fmt --all -- --check
+	cargo clippy --all-targets -- -D warnings
+
+fmt: ## Format the code
+	cargo fmt --all
+
+clean: ## Remove build output
+	cargo clean

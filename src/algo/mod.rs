@@ -1,0 +1,75 @@
+//! The limiters themselves: plain state plus functions that take `now` and return a
+//! [`Decision`]. Nothing in here knows about Redis, reads a clock or allocates through the
+//! Redis allocator, so every algorithm is unit-tested on a fake clock.
+
+pub mod slide;
+
+/// Milliseconds since the Unix epoch. Every algorithm is handed one; none reads a clock.
+pub type Millis = u64;
+
+/// The largest timestamp accepted anywhere (year 9999), so that `now + window` never overflows.
+pub const MAX_TIMESTAMP: Millis = 253_402_300_799_999;
+
+/// One `limit` per `window` pair. Both are at least 1; their upper bounds depend on the
+/// algorithm and are enforced when arguments are parsed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    pub limit: u64,
+    pub window_ms: u64,
+}
+
+/// How long a refused request has to wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Allowed (or would be) right now.
+    None,
+    /// Allowed after this many milliseconds if nothing else arrives.
+    Ms(u64),
+    /// Can never be allowed with the current parameters (the cost exceeds a limit).
+    Never,
+}
+
+impl Wait {
+    /// The reply encoding: 0, the wait, or -1 for never.
+    pub fn as_reply(self) -> i64 {
+        match self {
+            Wait::None => 0,
+            Wait::Ms(ms) => i64::try_from(ms).unwrap_or(i64::MAX),
+            Wait::Never => -1,
+        }
+    }
+}
+
+/// The outcome of one call, in the shape every `RL.*` command replies with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// The request was allowed and (when its cost is above 0) recorded.
+    pub allowed: bool,
+    /// The limit of the window that decided: the one needing the longest wait when refused,
+    /// the one with the least remaining when allowed.
+    pub limit: u64,
+    /// Units still available right now, after this call.
+    pub remaining: u64,
+    /// When refused, how long until the same request would be allowed.
+    pub retry_after: Wait,
+    /// Time until the limiter is back to empty if nothing else arrives.
+    pub reset_after_ms: u64,
+}
+
+impl Decision {
+    /// `[allowed, limit, remaining, retry_after_ms, reset_after_ms]` as reply integers.
+    pub fn as_reply(&self) -> [i64; 5] {
+        let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        [
+            i64::from(self.allowed),
+            clamp(self.limit),
+            clamp(self.remaining),
+            if self.allowed {
+                0
+            } else {
+                self.retry_after.as_reply()
+            },
+            clamp(self.reset_after_ms),
+        ]
+    }
+}

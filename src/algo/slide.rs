@@ -1,0 +1,670 @@
+//! The exact sliding log behind `RL.SLIDE`.
+//!
+//! Every allowed request is kept as `(timestamp, units)`, merged per millisecond, so that the
+//! units in any rolling window `(now - window, now]` are known exactly. Each record takes 8
+//! bytes: a 32-bit offset from `base` and a 32-bit running total of units (wrapping). The
+//! running total turns "units in a window" and "when will enough units have left" into binary
+//! searches, so a call costs O(log n) whatever the number of windows, plus the amortised
+//! pruning of what has left the longest window.
+//!
+//! Invariants (checked by [`SlidingLog::from_records`], kept by every method):
+//! - records are in strictly increasing time order, each with at least 1 unit;
+//! - all records span less than [`MAX_WINDOW_MS`], and all units together fit in a `u32`;
+//! - `latest` is at least the newest record's time.
+
+use std::collections::VecDeque;
+
+use super::{Decision, Millis, Wait, Window, MAX_TIMESTAMP};
+
+/// Windows one call may check at once.
+pub const MAX_WINDOWS: usize = 8;
+/// The largest limit of one window: the running totals are 32-bit.
+pub const MAX_LIMIT: u64 = u32::MAX as u64;
+/// The longest window: 31 days, so a monthly quota fits and record offsets stay 32-bit.
+pub const MAX_WINDOW_MS: u64 = 31 * 24 * 3600 * 1000;
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    /// Milliseconds after `base`.
+    at: u32,
+    /// Units recorded up to and including this entry, wrapping; only differences matter.
+    cum: u32,
+}
+
+/// A sliding log with the windows it last recorded under.
+#[derive(Clone, Debug)]
+pub struct SlidingLog {
+    windows: Vec<Window>,
+    latest: Millis,
+    base: Millis,
+    /// The running total just before the first entry.
+    before_front: u32,
+    entries: VecDeque<Entry>,
+}
+
+/// Why a persisted log was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Corrupt(pub &'static str);
+
+impl SlidingLog {
+    /// An empty log that will report with `windows` until it records under others.
+    pub fn new(windows: &[Window]) -> Self {
+        SlidingLog {
+            windows: windows.to_vec(),
+            latest: 0,
+            base: 0,
+            before_front: 0,
+            entries: VecDeque::new(),
+        }
+    }
+
+    /// Rebuilds a log from its persisted parts, checking every invariant so that a damaged
+    /// payload is refused instead of producing a log that misbehaves later.
+    pub fn from_records(
+        windows: Vec<Window>,
+        latest: Millis,
+        records: impl IntoIterator<Item = (Millis, u64)>,
+    ) -> Result<Self, Corrupt> {
+        if windows.is_empty() || windows.len() > MAX_WINDOWS {
+            return Err(Corrupt("bad number of windows"));
+        }
+        if windows.iter().any(|w| !valid_window(w)) {
+            return Err(Corrupt("window out of range"));
+        }
+        if latest > MAX_TIMESTAMP {
+            return Err(Corrupt("time out of range"));
+        }
+        let mut log = SlidingLog::new(&windows);
+        log.latest = latest;
+        let mut total: u64 = 0;
+        for (at, units) in records {
+            if units == 0 {
+                return Err(Corrupt("empty record"));
+            }
+            total = total.saturating_add(units);
+            if total > MAX_LIMIT {
+                return Err(Corrupt("too many units"));
+            }
+            match log.entries.back() {
+                None => log.base = at,
+                Some(back) if at <= log.base + u64::from(back.at) => {
+                    return Err(Corrupt("records out of order"))
+                }
+                Some(_) => {}
+            }
+            let offset = at - log.base;
+            if offset >= MAX_WINDOW_MS || at > latest {
+                return Err(Corrupt("record out of range"));
+            }
+            log.entries.push_back(Entry {
+                // Both casts are in range: offset < MAX_WINDOW_MS and total <= MAX_LIMIT.
+                at: offset as u32,
+                cum: total as u32,
+            });
+        }
+        Ok(log)
+    }
+
+    /// The windows the log last recorded under (or was created with).
+    pub fn windows(&self) -> &[Window] {
+        &self.windows
+    }
+
+    /// The latest time this log has seen; earlier calls count as happening then.
+    pub fn latest(&self) -> Millis {
+        self.latest
+    }
+
+    /// No units are recorded.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The recorded `(timestamp, units)` pairs, oldest first.
+    pub fn records(&self) -> impl Iterator<Item = (Millis, u64)> + '_ {
+        let mut prev = self.before_front;
+        self.entries.iter().map(move |e| {
+            let units = u64::from(e.cum.wrapping_sub(prev));
+            prev = e.cum;
+            (self.base + u64::from(e.at), units)
+        })
+    }
+
+    /// Bytes held on the heap, for `MEMORY USAGE`.
+    pub fn heap_size(&self) -> usize {
+        self.windows.capacity() * std::mem::size_of::<Window>()
+            + self.entries.capacity() * std::mem::size_of::<Entry>()
+    }
+
+    /// When the log will be empty if nothing else arrives: the newest record leaves the longest
+    /// window of the current parameters. `None` when nothing is recorded.
+    pub fn empty_at(&self) -> Option<Millis> {
+        let newest = self.entries.back()?;
+        Some(self.base + u64::from(newest.at) + longest(&self.windows))
+    }
+
+    /// Checks a request of `cost` units at `now` against every window and records it in all of
+    /// them when it fits everywhere. Refused requests and `cost == 0` change nothing.
+    pub fn acquire(&mut self, now: Millis, windows: &[Window], cost: u64) -> Decision {
+        let now = now.max(self.latest);
+        let decision = self.evaluate(now, windows, cost);
+        if decision.allowed && cost > 0 {
+            self.record(now, windows, cost);
+        }
+        decision
+    }
+
+    /// The answer to `cost` units at `now` under `windows`, without recording anything.
+    pub fn evaluate(&self, now: Millis, windows: &[Window], cost: u64) -> Decision {
+        let now = now.max(self.latest);
+        let mut allowed = true;
+        // (remaining, window, limit) of the tightest window, ties going to the longer window
+        // (its reset is the one worth reporting), and (wait, limit) of the slowest one.
+        let mut tightest: Option<(u64, u64, u64)> = None;
+        let mut slowest: Option<(Wait, u64)> = None;
+        for w in windows {
+            let (start, used) = self.used(now, w.window_ms);
+            let fits = used.saturating_add(cost) <= w.limit;
+            allowed &= fits;
+            let remaining = w.limit.saturating_sub(used);
+            if tightest.is_none_or(|(r, ms, _)| remaining < r || (remaining == r && w.window_ms > ms)) {
+                tightest = Some((remaining, w.window_ms, w.limit));
+            }
+            if !fits {
+                let wait = self.wait(now, w, start, used, cost);
+                if slowest.is_none_or(|(s, _)| later(wait, s)) {
+                    slowest = Some((wait, w.limit));
+                }
+            }
+        }
+        let (remaining, _, tight_limit) = tightest.unwrap_or((0, 0, 0));
+        let reset_after_ms = if allowed && cost > 0 {
+            longest(windows)
+        } else {
+            self.reset_after(now, windows)
+        };
+        match slowest {
+            Some((wait, limit)) if !allowed => Decision {
+                allowed: false,
+                limit,
+                remaining,
+                retry_after: wait,
+                reset_after_ms,
+            },
+            _ => Decision {
+                allowed: true,
+                limit: tight_limit,
+                remaining: remaining.saturating_sub(cost),
+                retry_after: Wait::None,
+                reset_after_ms,
+            },
+        }
+    }
+
+    /// Records `cost` units at `now` under `windows` without checking any limit: the effect of
+    /// a decision already taken (by this server, or by the primary for a replica). Returns
+    /// false, changing nothing, when the record would break the log's invariants.
+    pub fn record(&mut self, now: Millis, windows: &[Window], cost: u64) -> bool {
+        let now = now.max(self.latest);
+        if windows.is_empty() || now > MAX_TIMESTAMP || !windows.iter().all(valid_window) {
+            return false;
+        }
+        let (first_kept, kept_units) = self.used(now, longest(windows));
+        if kept_units.saturating_add(cost) > MAX_LIMIT {
+            return false;
+        }
+        if self.windows != windows {
+            self.windows = windows.to_vec();
+        }
+        self.latest = now;
+        if cost == 0 {
+            return true;
+        }
+        if first_kept > 0 {
+            self.before_front = self.entries[first_kept - 1].cum;
+            self.entries.drain(..first_kept);
+            // Memory follows what is recorded: give back room after a burst has left.
+            if self.entries.capacity() > 64 && self.entries.len() < self.entries.capacity() / 4 {
+                self.entries.shrink_to(self.entries.len() * 2);
+            }
+        }
+        let cost32 = cost as u32; // cost <= MAX_LIMIT, checked above
+        match self.entries.back_mut() {
+            Some(back) if self.base + u64::from(back.at) == now => {
+                back.cum = back.cum.wrapping_add(cost32);
+                return true;
+            }
+            _ => {}
+        }
+        let cum = self
+            .entries
+            .back()
+            .map_or(self.before_front, |e| e.cum)
+            .wrapping_add(cost32);
+        if self.entries.is_empty() {
+            self.base = now;
+        } else if now - self.base > u64::from(u32::MAX) {
+            self.rebase();
+        }
+        self.entries.push_back(Entry {
+            at: (now - self.base) as u32,
+            cum,
+        });
+        true
+    }
+
+    /// Gives back up to `units` of the newest recorded units (never below empty), then answers
+    /// like a `COST 0` call with the stored windows.
+    pub fn refund(&mut self, now: Millis, mut units: u64) -> Decision {
+        let now = now.max(self.latest);
+        self.latest = now;
+        while units > 0 {
+            let len = self.entries.len();
+            let prev = match len {
+                0 => break,
+                1 => self.before_front,
+                _ => self.entries[len - 2].cum,
+            };
+            let Some(back) = self.entries.back_mut() else {
+                break;
+            };
+            let held = u64::from(back.cum.wrapping_sub(prev));
+            if held <= units {
+                units -= held;
+                self.entries.pop_back();
+            } else {
+                back.cum = back.cum.wrapping_sub(units as u32); // units < held <= u32::MAX
+                units = 0;
+            }
+        }
+        self.peek(now)
+    }
+
+    /// The answer to a `COST 0` call with the stored windows.
+    pub fn peek(&self, now: Millis) -> Decision {
+        self.evaluate(now, &self.windows, 0)
+    }
+
+    fn ts(&self, e: &Entry) -> Millis {
+        self.base + u64::from(e.at)
+    }
+
+    /// Units in entries `[0, i)`.
+    fn prefix(&self, i: usize) -> u64 {
+        match i.checked_sub(1).and_then(|j| self.entries.get(j)) {
+            Some(e) => u64::from(e.cum.wrapping_sub(self.before_front)),
+            None => 0,
+        }
+    }
+
+    /// The first entry inside `(now - window, now]` and the units from there on.
+    fn used(&self, now: Millis, window_ms: u64) -> (usize, u64) {
+        let start = match now.checked_sub(window_ms) {
+            Some(edge) => self.entries.partition_point(|e| self.ts(e) <= edge),
+            None => 0,
+        };
+        (start, self.prefix(self.entries.len()) - self.prefix(start))
+    }
+
+    /// How long until `cost` more units fit in `w`, given `used` units from entry `start` on.
+    fn wait(&self, now: Millis, w: &Window, start: usize, used: u64, cost: u64) -> Wait {
+        if cost > w.limit {
+            return Wait::Never;
+        }
+        let must_leave = used + cost - w.limit;
+        let target = self.prefix(start) + must_leave;
+        // The entry whose departure brings the window down far enough.
+        let j = self
+            .entries
+            .partition_point(|e| u64::from(e.cum.wrapping_sub(self.before_front)) < target);
+        match self.entries.get(j) {
+            Some(e) => Wait::Ms((self.ts(e) + w.window_ms).saturating_sub(now)),
+            None => Wait::Never, // unreachable while must_leave <= used
+        }
+    }
+
+    fn reset_after(&self, now: Millis, windows: &[Window]) -> u64 {
+        match self.entries.back() {
+            Some(newest) => (self.ts(newest) + longest(windows)).saturating_sub(now),
+            None => 0,
+        }
+    }
+
+    /// Moves `base` up to the oldest entry so that offsets fit in 32 bits again. Happens at
+    /// most once every `u32::MAX - MAX_WINDOW_MS` ms (about 18 days) of a key's life.
+    fn rebase(&mut self) {
+        let Some(front) = self.entries.front() else {
+            return;
+        };
+        let shift = front.at;
+        for e in self.entries.iter_mut() {
+            e.at -= shift;
+        }
+        self.base += u64::from(shift);
+    }
+}
+
+/// Whether `w` is within the ranges `RL.SLIDE` accepts.
+pub fn valid_window(w: &Window) -> bool {
+    (1..=MAX_LIMIT).contains(&w.limit) && (1..=MAX_WINDOW_MS).contains(&w.window_ms)
+}
+
+fn longest(windows: &[Window]) -> u64 {
+    windows.iter().map(|w| w.window_ms).max().unwrap_or(0)
+}
+
+/// `a` is a longer wait than `b`; never is the longest.
+fn later(a: Wait, b: Wait) -> bool {
+    let rank = |w: Wait| match w {
+        Wait::None => (0, 0),
+        Wait::Ms(ms) => (1, ms),
+        Wait::Never => (2, 0),
+    };
+    rank(a) > rank(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const T0: Millis = 1_700_000_000_000;
+
+    fn w(limit: u64, window_ms: u64) -> Window {
+        Window { limit, window_ms }
+    }
+
+    /// The obviously-correct model: every allowed request in a list, sums by scanning, and the
+    /// wait found by trying every instant at which a record leaves a window.
+    #[derive(Default)]
+    struct Naive {
+        records: Vec<(Millis, u64)>,
+        latest: Millis,
+    }
+
+    impl Naive {
+        fn used(&self, now: Millis, window: u64) -> u64 {
+            self.records
+                .iter()
+                .filter(|(t, _)| now < window || *t > now - window)
+                .map(|(_, c)| c)
+                .sum()
+        }
+
+        fn fits(&self, now: Millis, windows: &[Window], cost: u64) -> bool {
+            windows
+                .iter()
+                .all(|x| self.used(now, x.window_ms) + cost <= x.limit)
+        }
+
+        fn acquire(&mut self, now: Millis, windows: &[Window], cost: u64) -> (bool, u64, Wait) {
+            let now = now.max(self.latest);
+            let remaining_before = windows
+                .iter()
+                .map(|x| x.limit.saturating_sub(self.used(now, x.window_ms)))
+                .min()
+                .unwrap();
+            if self.fits(now, windows, cost) {
+                if cost > 0 {
+                    self.records.push((now, cost));
+                    self.latest = now;
+                }
+                return (true, remaining_before - cost, Wait::None);
+            }
+            if windows.iter().any(|x| cost > x.limit) {
+                return (false, remaining_before, Wait::Never);
+            }
+            let mut candidates: Vec<Millis> = windows
+                .iter()
+                .flat_map(|x| self.records.iter().map(move |(t, _)| t + x.window_ms))
+                .filter(|t| *t > now)
+                .collect();
+            candidates.sort();
+            let at = candidates
+                .into_iter()
+                .find(|t| self.fits(*t, windows, cost))
+                .unwrap();
+            (false, remaining_before, Wait::Ms(at - now))
+        }
+    }
+
+    /// One row of a timed scenario: at `t` ms after T0, a request of `cost`, expecting
+    /// `[allowed, limit, remaining, retry_after, reset_after]`.
+    fn run_table(windows: &[Window], rows: &[(u64, u64, [i64; 5])]) {
+        let mut log = SlidingLog::new(windows);
+        for (i, (t, cost, want)) in rows.iter().enumerate() {
+            let got = log.acquire(T0 + t, windows, *cost).as_reply();
+            assert_eq!(&got, want, "row {i} at +{t}ms cost {cost}");
+        }
+    }
+
+    #[test]
+    fn three_per_second() {
+        run_table(
+            &[w(3, 1000)],
+            &[
+                (0, 1, [1, 3, 2, 0, 1000]),
+                (100, 1, [1, 3, 1, 0, 1000]),
+                (200, 1, [1, 3, 0, 0, 1000]),
+                (300, 1, [0, 3, 0, 700, 900]),
+                (999, 1, [0, 3, 0, 1, 201]),
+                (1000, 1, [1, 3, 0, 0, 1000]),
+                (1000, 0, [1, 3, 0, 0, 1000]),
+                (1100, 1, [1, 3, 0, 0, 1000]),
+                (1150, 1, [0, 3, 0, 50, 950]),
+            ],
+        );
+    }
+
+    #[test]
+    fn cost_above_limit_never_fits() {
+        run_table(
+            &[w(5, 1000)],
+            &[(0, 6, [0, 5, 5, -1, 0]), (0, 5, [1, 5, 0, 0, 1000])],
+        );
+    }
+
+    #[test]
+    fn same_millisecond_requests_all_count() {
+        run_table(
+            &[w(3, 1000)],
+            &[
+                (5, 1, [1, 3, 2, 0, 1000]),
+                (5, 1, [1, 3, 1, 0, 1000]),
+                (5, 1, [1, 3, 0, 0, 1000]),
+                (5, 1, [0, 3, 0, 1000, 1000]),
+            ],
+        );
+    }
+
+    #[test]
+    fn two_windows_record_all_or_nothing() {
+        // 2 per second and 3 per 10 s: the third request inside one second is refused by the
+        // short window and must not be counted by the long one.
+        let ws = [w(2, 1000), w(3, 10_000)];
+        run_table(
+            &ws,
+            &[
+                (0, 1, [1, 2, 1, 0, 10_000]),
+                (1, 1, [1, 2, 0, 0, 10_000]),
+                (2, 1, [0, 2, 0, 998, 9_999]),
+                (1000, 1, [1, 3, 0, 0, 10_000]),
+                // Only the long window refuses now, so it decides.
+                (1001, 1, [0, 3, 0, 8_999, 9_999]),
+            ],
+        );
+    }
+
+    #[test]
+    fn time_never_runs_backwards() {
+        let ws = [w(2, 1000)];
+        let mut log = SlidingLog::new(&ws);
+        log.acquire(T0 + 500, &ws, 1);
+        // An earlier call counts as happening at +500.
+        let d = log.acquire(T0, &ws, 1);
+        assert_eq!(d.as_reply(), [1, 2, 0, 0, 1000]);
+        assert_eq!(log.records().collect::<Vec<_>>(), vec![(T0 + 500, 2)]);
+    }
+
+    #[test]
+    fn refund_takes_newest_units_and_stops_at_empty() {
+        let ws = [w(10, 1000)];
+        let mut log = SlidingLog::new(&ws);
+        log.acquire(T0, &ws, 3);
+        log.acquire(T0 + 10, &ws, 2);
+        let d = log.refund(T0 + 20, 3);
+        assert_eq!(log.records().collect::<Vec<_>>(), vec![(T0, 2)]);
+        assert_eq!(d.as_reply(), [1, 10, 8, 0, 980]);
+        let d = log.refund(T0 + 20, 100);
+        assert!(log.is_empty());
+        assert_eq!(d.as_reply(), [1, 10, 10, 0, 0]);
+    }
+
+    #[test]
+    fn new_parameters_apply_to_the_recorded_history() {
+        let small = [w(2, 1000)];
+        let mut log = SlidingLog::new(&small);
+        log.acquire(T0, &small, 2);
+        assert!(!log.acquire(T0 + 1, &small, 1).allowed);
+        let raised = [w(5, 1000)];
+        assert_eq!(log.acquire(T0 + 1, &raised, 1).as_reply(), [1, 5, 2, 0, 1000]);
+        assert_eq!(log.windows(), &raised);
+    }
+
+    #[test]
+    fn pruning_keeps_only_the_longest_window() {
+        let ws = [w(100, 1000)];
+        let mut log = SlidingLog::new(&ws);
+        for t in 0..50 {
+            log.acquire(T0 + t * 100, &ws, 1);
+        }
+        // At +4900 the window (3900, 4900] holds the records at 4000..=4900.
+        assert_eq!(log.records().count(), 10);
+        assert_eq!(log.empty_at(), Some(T0 + 4900 + 1000));
+    }
+
+    #[test]
+    fn offsets_rebase_over_a_long_life() {
+        // Two records always stay in the window, so the log is never empty and its 32-bit
+        // offsets must be rebased several times.
+        let ws = [w(3, MAX_WINDOW_MS)];
+        let step = MAX_WINDOW_MS / 2;
+        let mut log = SlidingLog::new(&ws);
+        for k in 0..10 {
+            assert!(log.acquire(T0 + k * step, &ws, 1).allowed);
+        }
+        let kept = vec![(T0 + 8 * step, 1), (T0 + 9 * step, 1)];
+        assert_eq!(log.records().collect::<Vec<_>>(), kept);
+        assert_eq!(log.peek(T0 + 9 * step).remaining, 1);
+    }
+
+    #[test]
+    fn the_largest_limit_is_exact() {
+        let ws = [w(MAX_LIMIT, 1000)];
+        let mut log = SlidingLog::new(&ws);
+        assert!(log.acquire(T0, &ws, MAX_LIMIT - 1).allowed);
+        assert_eq!(log.acquire(T0 + 1, &ws, 1).as_reply(), [1, MAX_LIMIT as i64, 0, 0, 1000]);
+        assert_eq!(log.acquire(T0 + 2, &ws, 1).as_reply(), [0, MAX_LIMIT as i64, 0, 998, 999]);
+        assert_eq!(log.acquire(T0 + 1000, &ws, 1).as_reply()[0], 1);
+        assert_eq!(log.records().map(|r| r.1).sum::<u64>(), 2);
+    }
+
+    #[test]
+    fn from_records_refuses_broken_logs() {
+        let ws = vec![w(10, 1000)];
+        let ok = SlidingLog::from_records(ws.clone(), T0 + 5, [(T0, 1), (T0 + 5, 2)]);
+        assert_eq!(ok.unwrap().records().count(), 2);
+        let cases: [(Vec<Window>, Millis, Vec<(Millis, u64)>); 7] = [
+            (vec![], T0, vec![]),
+            (vec![w(0, 1000)], T0, vec![]),
+            (ws.clone(), T0, vec![(T0, 0)]),
+            (ws.clone(), T0 + 5, vec![(T0 + 5, 1), (T0, 1)]),
+            (ws.clone(), T0, vec![(T0, 1), (T0, 1)]),
+            (ws.clone(), T0, vec![(T0 + 1, 1)]),
+            (ws.clone(), T0, vec![(T0, MAX_LIMIT + 1)]),
+        ];
+        for (windows, latest, records) in cases {
+            assert!(SlidingLog::from_records(windows, latest, records).is_err());
+        }
+    }
+
+    fn arb_windows() -> impl Strategy<Value = Vec<Window>> {
+        prop::collection::vec((1u64..12, 1u64..400).prop_map(|(l, ms)| w(l, ms)), 1..4)
+    }
+
+    proptest! {
+        #[test]
+        fn matches_the_naive_model(
+            windows in arb_windows(),
+            steps in prop::collection::vec((0u64..60, 0u64..4, prop::bool::weighted(0.1)), 1..200),
+        ) {
+            let mut log = SlidingLog::new(&windows);
+            let mut naive = Naive::default();
+            let mut now = T0;
+            for (gap, cost, back_in_time) in steps {
+                // Occasionally go back in time: it must count as the latest time seen.
+                let at = if back_in_time { now.saturating_sub(gap) } else { now + gap };
+                now = now.max(at);
+                let d = log.acquire(at, &windows, cost);
+                let (allowed, remaining, wait) = naive.acquire(at, &windows, cost);
+                prop_assert_eq!(d.allowed, allowed);
+                prop_assert_eq!(d.remaining, remaining);
+                prop_assert_eq!(d.retry_after, wait);
+                if let Wait::Ms(ms) = wait {
+                    // The wait is exact: one millisecond earlier is still refused.
+                    prop_assert!(!log.evaluate(log.latest().max(at) + ms - 1, &windows, cost).allowed);
+                    prop_assert!(log.evaluate(log.latest().max(at) + ms, &windows, cost).allowed);
+                }
+                let total: u64 = log.records().map(|r| r.1).sum();
+                let naive_kept = naive.used(log.latest(), longest(&windows));
+                prop_assert!(total >= naive_kept);
+            }
+        }
+
+        #[test]
+        fn refunds_match_removing_the_newest_units(
+            costs in prop::collection::vec(1u64..5, 1..30),
+            refund in 0u64..100,
+        ) {
+            let ws = [w(1000, 100_000)];
+            let mut log = SlidingLog::new(&ws);
+            let mut model: Vec<(Millis, u64)> = Vec::new();
+            for (i, c) in costs.iter().enumerate() {
+                let t = T0 + (i as u64 / 2);
+                log.acquire(t, &ws, *c);
+                match model.last_mut() {
+                    Some(last) if last.0 == t => last.1 += c,
+                    _ => model.push((t, *c)),
+                }
+            }
+            let mut left = refund;
+            while left > 0 {
+                let Some(last) = model.last_mut() else { break };
+                let take = left.min(last.1);
+                last.1 -= take;
+                left -= take;
+                if last.1 == 0 { model.pop(); }
+            }
+            log.refund(T0, refund);
+            prop_assert_eq!(log.records().collect::<Vec<_>>(), model);
+        }
+
+        #[test]
+        fn records_round_trip(
+            steps in prop::collection::vec((0u64..5000, 1u64..4), 0..100),
+        ) {
+            let ws = [w(50, 3000)];
+            let mut log = SlidingLog::new(&ws);
+            let mut now = T0;
+            for (gap, cost) in steps {
+                now += gap;
+                log.acquire(now, &ws, cost);
+            }
+            let again = SlidingLog::from_records(
+                log.windows().to_vec(), log.latest(), log.records().collect::<Vec<_>>());
+            let again = again.unwrap();
+            prop_assert_eq!(again.records().collect::<Vec<_>>(), log.records().collect::<Vec<_>>());
+            prop_assert_eq!(again.peek(now + 1), log.peek(now + 1));
+        }
+    }
+}

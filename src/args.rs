@@ -1,0 +1,267 @@
+//! Client arguments to typed requests, with an error naming the argument at fault.
+//!
+//! Parsing works on byte slices so that it is unit-tested without a server; `args[0]` is the
+//! command name and `args[1]` the key in every function here.
+
+use crate::algo::slide::{MAX_LIMIT, MAX_WINDOWS, MAX_WINDOW_MS};
+use crate::algo::{Millis, Window, MAX_TIMESTAMP};
+use crate::error::Error;
+
+/// Anything that can lend an argument's bytes.
+pub trait AsBytes {
+    fn as_bytes(&self) -> &[u8];
+}
+
+impl AsBytes for &str {
+    fn as_bytes(&self) -> &[u8] {
+        str::as_bytes(self)
+    }
+}
+
+/// Up to [`MAX_WINDOWS`] windows, without allocating.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Windows {
+    items: [Window; MAX_WINDOWS],
+    len: usize,
+}
+
+impl Windows {
+    pub fn as_slice(&self) -> &[Window] {
+        &self.items[..self.len]
+    }
+}
+
+/// `RL.SLIDE key limit window_ms [limit window_ms ...] [COST n] [NOW ms]`
+#[derive(Debug, PartialEq, Eq)]
+pub struct Slide {
+    pub windows: Windows,
+    pub options: Options,
+}
+
+/// The options every limiter command shares.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Units this request weighs (default 1).
+    pub cost: u64,
+    /// The time to decide at, instead of the server clock.
+    pub now: Option<Millis>,
+}
+
+const COST_MAX: u64 = i64::MAX as u64;
+
+pub fn slide<A: AsBytes>(args: &[A]) -> Result<Slide, Error> {
+    let rest = args.get(2..).ok_or(Error::Arity)?;
+    // Positional pairs run up to the first word that is not a number.
+    let positional = rest
+        .iter()
+        .position(|a| a.as_bytes().first().is_some_and(u8::is_ascii_alphabetic))
+        .unwrap_or(rest.len());
+    let (pairs, opts) = rest.split_at(positional);
+    if pairs.is_empty() || pairs.len() % 2 != 0 {
+        return Err(Error::Arity);
+    }
+    if pairs.len() / 2 > MAX_WINDOWS {
+        return Err(Error::TooManyWindows(MAX_WINDOWS));
+    }
+    let mut windows = Windows {
+        items: [Window {
+            limit: 0,
+            window_ms: 0,
+        }; MAX_WINDOWS],
+        len: 0,
+    };
+    for pair in pairs.chunks_exact(2) {
+        windows.items[windows.len] = Window {
+            limit: int(&pair[0], "limit", 1, MAX_LIMIT)?,
+            window_ms: int(&pair[1], "window_ms", 1, MAX_WINDOW_MS)?,
+        };
+        windows.len += 1;
+    }
+    Ok(Slide {
+        windows,
+        options: options(opts, true)?,
+    })
+}
+
+/// `RL.PEEK key [NOW ms]`
+pub fn peek<A: AsBytes>(args: &[A]) -> Result<Option<Millis>, Error> {
+    Ok(options(args.get(2..).ok_or(Error::Arity)?, false)?.now)
+}
+
+/// `RL.REFUND key [COST n] [NOW ms]`
+pub fn refund<A: AsBytes>(args: &[A]) -> Result<Options, Error> {
+    options(args.get(2..).ok_or(Error::Arity)?, true)
+}
+
+/// `RL.RESTORE key payload`
+pub fn restore<A: AsBytes>(args: &[A]) -> Result<&[u8], Error> {
+    match args {
+        [_, _, payload] => Ok(payload.as_bytes()),
+        _ => Err(Error::Arity),
+    }
+}
+
+/// `[COST n] [NOW ms]` in any order, each at most once.
+fn options<A: AsBytes>(args: &[A], cost_allowed: bool) -> Result<Options, Error> {
+    let mut cost = None;
+    let mut now = None;
+    let mut it = args.iter();
+    while let Some(name) = it.next() {
+        let name = name.as_bytes();
+        let (slot, label, min, max) = if name.eq_ignore_ascii_case(b"COST") && cost_allowed {
+            (&mut cost, "COST", 0, COST_MAX)
+        } else if name.eq_ignore_ascii_case(b"NOW") {
+            (&mut now, "NOW", 0, MAX_TIMESTAMP)
+        } else {
+            return Err(Error::UnknownOption(
+                String::from_utf8_lossy(name).chars().take(64).collect(),
+            ));
+        };
+        if slot.is_some() {
+            return Err(Error::RepeatedOption(label));
+        }
+        let value = it.next().ok_or(Error::MissingValue(label))?;
+        *slot = Some(int(value, label, min, max)?);
+    }
+    Ok(Options {
+        cost: cost.unwrap_or(1),
+        now,
+    })
+}
+
+/// A decimal integer in `min..=max`, written the way Redis writes integers.
+fn int<A: AsBytes>(arg: &A, name: &'static str, min: u64, max: u64) -> Result<u64, Error> {
+    let err = Error::Range {
+        arg: name,
+        min,
+        max,
+    };
+    let bytes = arg.as_bytes();
+    if bytes.is_empty() || bytes.len() > 20 || !bytes.iter().all(u8::is_ascii_digit) {
+        return Err(err);
+    }
+    if bytes.len() > 1 && bytes[0] == b'0' {
+        return Err(err);
+    }
+    let mut v: u64 = 0;
+    for d in bytes {
+        v = v
+            .checked_mul(10)
+            .and_then(|v| v.checked_add(u64::from(d - b'0')))
+            .ok_or(Error::Range {
+                arg: name,
+                min,
+                max,
+            })?;
+    }
+    if (min..=max).contains(&v) {
+        Ok(v)
+    } else {
+        Err(err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    fn call(line: &str) -> Vec<&str> {
+        line.split(' ').collect()
+    }
+
+    #[test]
+    fn slide_with_two_windows_and_options() {
+        let s = slide(&call("RL.SLIDE k 10 1000 100 60000 cost 3 NOW 17")).unwrap();
+        assert_eq!(
+            s.windows.as_slice(),
+            &[
+                Window {
+                    limit: 10,
+                    window_ms: 1000
+                },
+                Window {
+                    limit: 100,
+                    window_ms: 60000
+                }
+            ]
+        );
+        assert_eq!(
+            s.options,
+            Options {
+                cost: 3,
+                now: Some(17)
+            }
+        );
+        let plain = slide(&call("RL.SLIDE k 1 1")).unwrap();
+        assert_eq!(
+            plain.options,
+            Options {
+                cost: 1,
+                now: None
+            }
+        );
+    }
+
+    #[rstest]
+    #[case("RL.SLIDE k", Error::Arity)]
+    #[case("RL.SLIDE k 10", Error::Arity)]
+    #[case("RL.SLIDE k 10 1000 5", Error::Arity)]
+    #[case("RL.SLIDE k COST 1", Error::Arity)]
+    #[case("RL.SLIDE k 0 1000", Error::Range { arg: "limit", min: 1, max: MAX_LIMIT })]
+    #[case("RL.SLIDE k -1 1000", Error::Range { arg: "limit", min: 1, max: MAX_LIMIT })]
+    #[case("RL.SLIDE k 4294967296 1000", Error::Range { arg: "limit", min: 1, max: MAX_LIMIT })]
+    #[case("RL.SLIDE k 99999999999999999999999 1000", Error::Range { arg: "limit", min: 1, max: MAX_LIMIT })]
+    #[case("RL.SLIDE k 010 1000", Error::Range { arg: "limit", min: 1, max: MAX_LIMIT })]
+    #[case("RL.SLIDE k 1.5 1000", Error::Range { arg: "limit", min: 1, max: MAX_LIMIT })]
+    #[case("RL.SLIDE k 10 0", Error::Range { arg: "window_ms", min: 1, max: MAX_WINDOW_MS })]
+    #[case("RL.SLIDE k 10 2678400001", Error::Range { arg: "window_ms", min: 1, max: MAX_WINDOW_MS })]
+    #[case("RL.SLIDE k 10 1000 COST", Error::MissingValue("COST"))]
+    #[case("RL.SLIDE k 10 1000 COST -1", Error::Range { arg: "COST", min: 0, max: COST_MAX })]
+    #[case("RL.SLIDE k 10 1000 COST 1 COST 2", Error::RepeatedOption("COST"))]
+    #[case("RL.SLIDE k 10 1000 NOW 1 now 2", Error::RepeatedOption("NOW"))]
+    #[case("RL.SLIDE k 10 1000 NOW 253402300800000", Error::Range { arg: "NOW", min: 0, max: MAX_TIMESTAMP })]
+    #[case("RL.SLIDE k 10 1000 BURST 2", Error::UnknownOption("BURST".into()))]
+    #[case("RL.SLIDE k 10 1000 COST 1 10 1000", Error::UnknownOption("10".into()))]
+    #[case("RL.SLIDE k 1 1 2 2 3 3 4 4 5 5 6 6 7 7 8 8 9 9", Error::TooManyWindows(8))]
+    #[case("RL.PEEK k COST 1", Error::UnknownOption("COST".into()))]
+    fn bad_input_names_the_argument(#[case] line: &str, #[case] want: Error) {
+        let args = call(line);
+        let got = if line.starts_with("RL.PEEK") {
+            peek(&args).map(|_| ())
+        } else {
+            slide(&args).map(|_| ())
+        };
+        assert_eq!(got, Err(want));
+    }
+
+    #[test]
+    fn empty_and_odd_arguments() {
+        assert_eq!(
+            slide(&["RL.SLIDE", "k", "", "1000"]),
+            Err(Error::Range {
+                arg: "limit",
+                min: 1,
+                max: MAX_LIMIT
+            })
+        );
+        assert_eq!(
+            refund(&["RL.REFUND", "k", "NOW", " 5"]),
+            Err(Error::Range {
+                arg: "NOW",
+                min: 0,
+                max: MAX_TIMESTAMP
+            })
+        );
+        assert_eq!(
+            refund(&["RL.REFUND", "k", "cost", "18446744073709551615"]),
+            Err(Error::Range {
+                arg: "COST",
+                min: 0,
+                max: COST_MAX
+            })
+        );
+        assert_eq!(peek(&["RL.PEEK"]), Err(Error::Arity));
+        assert_eq!(restore(&["RL.RESTORE", "k"]), Err(Error::Arity));
+    }
+}

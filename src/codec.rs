@@ -1,0 +1,112 @@
+//! The byte encoding of limiter values, shared by RDB, `DUMP`/`RESTORE`, AOF rewrite
+//! (`RL.RESTORE`) and `DEBUG DIGEST-VALUE`.
+//!
+//! Unsigned LEB128 varints throughout: a log of requests a few milliseconds apart costs about
+//! two bytes a record on disk. The reader never trusts a length it has not checked against the
+//! bytes actually present, so damaged input is refused without large allocations or panics.
+
+/// Appends `v` as an unsigned LEB128 varint.
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Reads back what [`put_varint`] wrote.
+pub struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+/// Why bytes could not be decoded.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Malformed(pub &'static str);
+
+impl<'a> Reader<'a> {
+    pub fn new(bytes: &'a [u8]) -> Self {
+        Reader { bytes }
+    }
+
+    pub fn byte(&mut self) -> Result<u8, Malformed> {
+        let (&b, rest) = self.bytes.split_first().ok_or(Malformed("truncated"))?;
+        self.bytes = rest;
+        Ok(b)
+    }
+
+    pub fn varint(&mut self) -> Result<u64, Malformed> {
+        let mut v: u64 = 0;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            let part = u64::from(b & 0x7f);
+            if shift == 63 && part > 1 {
+                return Err(Malformed("varint overflows 64 bits"));
+            }
+            v |= part << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(Malformed("varint too long"))
+    }
+
+    /// A count of items that each take at least `min_bytes`, refused when the input cannot
+    /// possibly hold that many.
+    pub fn count(&mut self, min_bytes: usize) -> Result<usize, Malformed> {
+        let n = self.varint()?;
+        match usize::try_from(n) {
+            Ok(n) if n.saturating_mul(min_bytes) <= self.bytes.len() => Ok(n),
+            _ => Err(Malformed("count larger than the data")),
+        }
+    }
+
+    pub fn finish(self) -> Result<(), Malformed> {
+        if self.bytes.is_empty() {
+            Ok(())
+        } else {
+            Err(Malformed("trailing bytes"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn refuses_overlong_and_truncated_varints() {
+        assert!(Reader::new(&[0x80]).varint().is_err());
+        assert!(Reader::new(&[0xff; 11]).varint().is_err());
+        let mut max = Vec::new();
+        put_varint(&mut max, u64::MAX);
+        assert_eq!(Reader::new(&max).varint(), Ok(u64::MAX));
+        let mut over = max.clone();
+        *over.last_mut().unwrap() = 0x02;
+        assert!(Reader::new(&over).varint().is_err());
+    }
+
+    #[test]
+    fn counts_are_checked_against_the_input() {
+        let mut bytes = Vec::new();
+        put_varint(&mut bytes, 1 << 40);
+        assert!(Reader::new(&bytes).count(1).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn varints_round_trip(values in prop::collection::vec(any::<u64>(), 0..50)) {
+            let mut out = Vec::new();
+            for v in &values { put_varint(&mut out, *v); }
+            let mut r = Reader::new(&out);
+            for v in &values { prop_assert_eq!(r.varint(), Ok(*v)); }
+            prop_assert!(r.finish().is_ok());
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+            let mut r = Reader::new(&bytes);
+            while r.varint().is_ok() {}
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! The `ratelimit` custom type: RDB save/load, AOF rewrite, memory usage, digest, copy, free.
+//!
+//! Every callback is guarded: a panic here would abort the server, so it is caught, logged and
+//! turned into the callback's failure value (a refused load, a skipped digest).
+
+use std::os::raw::{c_char, c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use redis_module::{logging, native_types::RedisType, raw};
+
+use crate::value::Limiter;
+
+/// The encoding version Redis stores in RDB files next to each value. Version 1 is a single
+/// string holding [`Limiter::encode`]'s bytes.
+pub const ENCVER: i32 = 1;
+
+pub static LIMITER_TYPE: RedisType = RedisType::new(
+    "ratelimit",
+    ENCVER,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: Some(aof_rewrite),
+        mem_usage: Some(mem_usage),
+        digest: Some(digest),
+        free: Some(free),
+        aux_load: None,
+        aux_save: None,
+        aux_save_triggers: 0,
+        free_effort: None,
+        unlink: None,
+        copy: Some(copy),
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: None,
+        copy2: None,
+        aux_save2: None,
+    },
+);
+
+/// Runs `f`, turning a panic into `fallback` and a log line.
+fn guard<T>(what: &str, fallback: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        logging::log_warning(format!("ratelimit: internal error in {what}; see the log above"));
+        fallback
+    })
+}
+
+/// # Safety
+/// `value` must be a pointer this module produced from a `Box<Limiter>`.
+unsafe fn limiter<'a>(value: *const c_void) -> Option<&'a Limiter> {
+    value.cast::<Limiter>().as_ref()
+}
+
+unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    guard("rdb_load", std::ptr::null_mut(), || {
+        if encver != ENCVER {
+            logging::log_warning(format!("ratelimit: cannot load encoding version {encver}"));
+            return std::ptr::null_mut();
+        }
+        let Ok(buffer) = raw::load_string_buffer(rdb) else {
+            return std::ptr::null_mut();
+        };
+        match Limiter::decode(buffer.as_ref()) {
+            Ok(limiter) => Box::into_raw(Box::new(limiter)).cast(),
+            Err(e) => {
+                logging::log_warning(format!("ratelimit: refused a damaged value: {}", e.0));
+                std::ptr::null_mut()
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    guard("rdb_save", (), || {
+        if let Some(l) = limiter(value) {
+            raw::save_slice(rdb, &l.encode());
+        }
+    })
+}
+
+unsafe extern "C" fn aof_rewrite(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    guard("aof_rewrite", (), || {
+        let (Some(l), Some(emit)) = (limiter(value), raw::RedisModule_EmitAOF) else {
+            return;
+        };
+        let bytes = l.encode();
+        // Redis writes the key's PEXPIREAT after this command.
+        emit(
+            aof,
+            c"RL.RESTORE".as_ptr(),
+            c"sb".as_ptr(),
+            key,
+            bytes.as_ptr().cast::<c_char>(),
+            bytes.len(),
+        );
+    })
+}
+
+unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
+    guard("mem_usage", 0, || limiter(value).map_or(0, Limiter::mem_usage))
+}
+
+unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    guard("digest", (), || {
+        let (Some(l), Some(add), Some(end)) = (
+            limiter(value),
+            raw::RedisModule_DigestAddStringBuffer,
+            raw::RedisModule_DigestEndSequence,
+        ) else {
+            return;
+        };
+        // The encoding is canonical, so equal states digest equally on every server.
+        let bytes = l.encode();
+        add(md, bytes.as_ptr().cast(), bytes.len());
+        end(md);
+    })
+}
+
+unsafe extern "C" fn free(value: *mut c_void) {
+    if !value.is_null() {
+        guard("free", (), || drop(Box::from_raw(value.cast::<Limiter>())));
+    }
+}
+
+unsafe extern "C" fn copy(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    guard("copy", std::ptr::null_mut(), || match limiter(value) {
+        Some(l) => Box::into_raw(Box::new(l.clone())).cast(),
+        None => std::ptr::null_mut(),
+    })
+}

@@ -1,0 +1,77 @@
+//! Every error a client can see, with its Redis prefix, in one place.
+
+use std::fmt;
+
+use redis_module::RedisError;
+
+use crate::value::Kind;
+
+/// An error reply. Refusing a request is not an error; these are for bad input, keys of the
+/// wrong type and failures of the module itself.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Error {
+    /// Wrong number of arguments: Redis's own message.
+    Arity,
+    /// `arg` is not an integer in `min..=max`.
+    Range {
+        arg: &'static str,
+        min: u64,
+        max: u64,
+    },
+    UnknownOption(String),
+    RepeatedOption(&'static str),
+    MissingValue(&'static str),
+    TooManyWindows(usize),
+    /// The key holds another Redis type.
+    WrongType,
+    /// The key holds a limiter of another algorithm.
+    OtherKind {
+        held: Kind,
+        wanted: &'static str,
+    },
+    /// `RL.RESTORE` was given bytes that are not a valid limiter.
+    BadPayload(&'static str),
+    /// A bug: caught instead of crashing the server.
+    Internal(&'static str),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Arity => write!(f, "ERR wrong number of arguments"),
+            Error::Range { arg, min, max } => {
+                write!(f, "ERR {arg} must be an integer from {min} to {max}")
+            }
+            Error::UnknownOption(opt) => write!(f, "ERR unknown option '{opt}'"),
+            Error::RepeatedOption(opt) => write!(f, "ERR option {opt} given more than once"),
+            Error::MissingValue(opt) => write!(f, "ERR option {opt} needs a value"),
+            Error::TooManyWindows(max) => {
+                write!(f, "ERR at most {max} limit/window_ms pairs in one call")
+            }
+            Error::WrongType => write!(
+                f,
+                "WRONGTYPE Operation against a key holding the wrong kind of value"
+            ),
+            Error::OtherKind { held, wanted } => write!(
+                f,
+                "WRONGTYPE key holds a {} limiter, not {wanted}",
+                held.command()
+            ),
+            Error::BadPayload(why) => write!(f, "ERR invalid limiter payload: {why}"),
+            Error::Internal(cmd) => write!(
+                f,
+                "ERR internal error in {cmd} (details in the server log)"
+            ),
+        }
+    }
+}
+
+impl From<Error> for RedisError {
+    fn from(e: Error) -> Self {
+        match e {
+            // Redis formats this one itself, naming the command.
+            Error::Arity => RedisError::WrongArity,
+            other => RedisError::String(other.to_string()),
+        }
+    }
+}

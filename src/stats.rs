@@ -1,0 +1,61 @@
+//! Per-command counters for `INFO ratelimit`.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use redis_module::{raw, InfoContext};
+
+/// Counts for one command. Redis runs commands on one thread; atomics just make the statics
+/// safe to share without locks.
+pub struct Counters {
+    name: &'static str,
+    calls: AtomicU64,
+    allowed: AtomicU64,
+    refused: AtomicU64,
+    errors: AtomicU64,
+}
+
+impl Counters {
+    const fn new(name: &'static str) -> Self {
+        Counters {
+            name,
+            calls: AtomicU64::new(0),
+            allowed: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts one call: `Some(allowed)` for an answer, `None` for an error reply.
+    pub fn count(&self, outcome: Option<bool>) {
+        self.calls.fetch_add(1, Relaxed);
+        match outcome {
+            Some(true) => &self.allowed,
+            Some(false) => &self.refused,
+            None => &self.errors,
+        }
+        .fetch_add(1, Relaxed);
+    }
+}
+
+pub static SLIDE: Counters = Counters::new("slide");
+pub static PEEK: Counters = Counters::new("peek");
+pub static REFUND: Counters = Counters::new("refund");
+
+const ALL: [&Counters; 3] = [&SLIDE, &PEEK, &REFUND];
+
+/// Writes the `ratelimit_stats` section: one line per command, like `INFO commandstats`.
+pub fn info(ctx: &InfoContext, _for_crash_report: bool) {
+    raw::add_info_section(ctx.ctx, Some("stats"));
+    for c in ALL {
+        raw::add_info_begin_dict_field(ctx.ctx, c.name);
+        for (field, value) in [
+            ("calls", &c.calls),
+            ("allowed", &c.allowed),
+            ("refused", &c.refused),
+            ("errors", &c.errors),
+        ] {
+            raw::add_info_field_unsigned_long_long(ctx.ctx, field, value.load(Relaxed));
+        }
+        raw::add_info_end_dict_field(ctx.ctx);
+    }
+}

@@ -1,0 +1,126 @@
+//! A limiter key opened through the raw module API: typed access to its value, absolute
+//! expiry and deletion. The crate's key wrappers hide the raw key, which absolute expiry needs.
+
+use std::os::raw::c_int;
+
+use redis_module::{raw, Context, RedisString};
+
+use crate::algo::Millis;
+use crate::datatype::LIMITER_TYPE;
+use crate::error::Error;
+use crate::value::Limiter;
+
+/// An open key, closed on drop.
+pub struct Key<'a> {
+    ctx: &'a Context,
+    name: &'a RedisString,
+    key: *mut raw::RedisModuleKey,
+}
+
+impl<'a> Key<'a> {
+    /// Opens `name` for reading, or for reading and writing.
+    pub fn open(ctx: &'a Context, name: &'a RedisString, write: bool) -> Self {
+        let mode = if write {
+            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
+        } else {
+            raw::REDISMODULE_READ
+        };
+        // SAFETY: ctx and name are live for the duration of the command; OpenKey returns a
+        // key (or null for a missing key in read mode) that we close exactly once in Drop.
+        let key = unsafe {
+            raw::RedisModule_OpenKey.map_or(std::ptr::null_mut(), |open| {
+                open(ctx.ctx, name.inner, mode as c_int).cast()
+            })
+        };
+        Key { ctx, name, key }
+    }
+
+    /// The limiter the key holds, `None` for a missing key, WRONGTYPE for another type.
+    pub fn limiter(&self) -> Result<Option<&mut Limiter>, Error> {
+        if self.key.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: the key is open; the value of a key of our type is always a Box<Limiter>
+        // created by `set` or by the type's load/copy callbacks.
+        unsafe {
+            let key_type = raw::KeyType::from(raw::RedisModule_KeyType.ok_or(Error::Internal("KeyType"))?(self.key));
+            match key_type {
+                raw::KeyType::Empty => Ok(None),
+                raw::KeyType::Module
+                    if raw::RedisModule_ModuleTypeGetType.ok_or(Error::Internal("GetType"))?(self.key)
+                        == *LIMITER_TYPE.raw_type.borrow() =>
+                {
+                    let value = raw::RedisModule_ModuleTypeGetValue.ok_or(Error::Internal("GetValue"))?(self.key)
+                        .cast::<Limiter>();
+                    Ok(value.as_mut())
+                }
+                _ => Err(Error::WrongType),
+            }
+        }
+    }
+
+    /// Stores `limiter`, replacing (and freeing) any previous limiter. Redis drops the TTL.
+    pub fn set(&self, limiter: Limiter) -> Result<(), Error> {
+        let set_value = unsafe { raw::RedisModule_ModuleTypeSetValue }.ok_or(Error::Internal("SetValue"))?;
+        let value = Box::into_raw(Box::new(limiter));
+        // SAFETY: the key is open for writing; on success Redis owns the box and frees it
+        // through the type's free callback.
+        let status = unsafe { set_value(self.key, *LIMITER_TYPE.raw_type.borrow(), value.cast()) };
+        if status == raw::REDISMODULE_OK as c_int {
+            Ok(())
+        } else {
+            // SAFETY: Redis refused the value, so it is still ours to free.
+            drop(unsafe { Box::from_raw(value) });
+            Err(Error::WrongType)
+        }
+    }
+
+    /// Makes the key expire at `at`, an absolute Unix time in milliseconds, so that replicas
+    /// and the AOF get the same moment whatever their own clocks say.
+    pub fn expire_at(&self, at: Millis) {
+        let at = i64::try_from(at).unwrap_or(i64::MAX);
+        // SAFETY: the key is open for writing and holds a value.
+        unsafe {
+            if let Some(set_abs) = raw::RedisModule_SetAbsExpire {
+                set_abs(self.key, at);
+            } else if let Some(set_rel) = raw::RedisModule_SetExpire {
+                // Servers older than 6.2.2: the closest we can do is relative to their clock.
+                set_rel(self.key, (at - now_ms()).max(1));
+            }
+        }
+    }
+
+    pub fn delete(&self) {
+        // SAFETY: the key is open for writing.
+        unsafe {
+            if let Some(del) = raw::RedisModule_DeleteKey {
+                del(self.key);
+            }
+        }
+    }
+
+    /// Tells WATCH and client-side caching that the key changed. The module turns off the
+    /// implicit signal at close, so that refused calls do not break a client's WATCH.
+    pub fn signal_modified(&self) {
+        // SAFETY: ctx and name are live.
+        unsafe {
+            if let Some(signal) = raw::RedisModule_SignalModifiedKey {
+                signal(self.ctx.ctx, self.name.inner);
+            }
+        }
+    }
+}
+
+impl Drop for Key<'_> {
+    fn drop(&mut self) {
+        if !self.key.is_null() {
+            raw::close_key(self.key);
+        }
+    }
+}
+
+/// The server's clock in Unix milliseconds.
+pub fn now_ms() -> i64 {
+    // SAFETY: Milliseconds takes no arguments and exists on every supported server.
+    unsafe { raw::RedisModule_Milliseconds.map_or(0, |f| f()) }
+}

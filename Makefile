@@ -21,7 +21,7 @@ deps: ## Install redis-server, redis-tools and libclang-dev when missing (apt)
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
-build: deps ## Build the module in release mode ($(SO))
+build: deps ## Build the module in release mode (target/release/libredis_ratelimit.so)
 	cargo build --release
 
 run: build ## Start redis-server on port 6379 with the module (redis.conf), in the foreground

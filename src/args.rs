@@ -57,7 +57,12 @@ pub fn slide<A: AsBytes>(args: &[A]) -> Result<Slide, Error> {
         .position(|a| a.as_bytes().first().is_some_and(u8::is_ascii_alphabetic))
         .unwrap_or(rest.len());
     let (pairs, opts) = rest.split_at(positional);
-    if pairs.is_empty() || pairs.len() % 2 != 0 {
+    if pairs.is_empty() {
+        // `RL.SLIDE k abc 1000` or `RL.SLIDE k COST 1`: the limit is what is wrong.
+        let first = opts.first().ok_or(Error::Arity)?;
+        int(first, "limit", 1, MAX_LIMIT)?;
+    }
+    if pairs.len() % 2 != 0 {
         return Err(Error::Arity);
     }
     if pairs.len() / 2 > MAX_WINDOWS {
@@ -207,7 +212,8 @@ mod tests {
     #[case("RL.SLIDE k", Error::Arity)]
     #[case("RL.SLIDE k 10", Error::Arity)]
     #[case("RL.SLIDE k 10 1000 5", Error::Arity)]
-    #[case("RL.SLIDE k COST 1", Error::Arity)]
+    #[case("RL.SLIDE k COST 1", Error::Range { arg: "limit", min: 1, max: MAX_LIMIT })]
+    #[case("RL.SLIDE k abc 1000", Error::Range { arg: "limit", min: 1, max: MAX_LIMIT })]
     #[case("RL.SLIDE k 0 1000", Error::Range { arg: "limit", min: 1, max: MAX_LIMIT })]
     #[case("RL.SLIDE k -1 1000", Error::Range { arg: "limit", min: 1, max: MAX_LIMIT })]
     #[case("RL.SLIDE k 4294967296 1000", Error::Range { arg: "limit", min: 1, max: MAX_LIMIT })]

@@ -1,0 +1,272 @@
+//! A redis-server with the module loaded, on a free port, in its own directory, killed and
+//! cleaned up on drop. Integration tests only talk to it over the network: linking the crate
+//! would bring in the Redis allocator, which aborts outside a server.
+#![allow(dead_code)] // each test file uses a different part of this
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread::sleep;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use redis::{Connection, Value};
+use rstest::fixture;
+
+static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
+
+/// The module built by `cargo test`: next to the test binary (`target/<profile>/deps`) or one
+/// level up, unless `RATELIMIT_MODULE` names it.
+pub fn module_path() -> PathBuf {
+    if let Ok(p) = std::env::var("RATELIMIT_MODULE") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("test binary path");
+    let deps = exe.parent().expect("deps dir");
+    for dir in [deps, deps.parent().unwrap_or(deps)] {
+        let candidate = dir.join("libredis_ratelimit.so");
+        if candidate.exists() {
+            return candidate;
+        }
+    }
+    panic!("libredis_ratelimit.so not found near {}", deps.display());
+}
+
+/// Unix time in milliseconds, for `NOW` values that keep keys alive in real time.
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as u64
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Waits for `cond`, failing the test after `secs` seconds.
+pub fn wait_until(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        sleep(Duration::from_millis(20));
+    }
+}
+
+pub struct Server {
+    pub port: u16,
+    pub dir: PathBuf,
+    args: Vec<String>,
+    child: Option<Child>,
+    /// Only the first owner of a directory removes it.
+    owns_dir: bool,
+}
+
+impl Server {
+    /// Starts a server in a new directory with the module and `extra` argv words
+    /// (`["--appendonly", "yes"]`).
+    pub fn start(extra: &[&str]) -> Server {
+        Server::start_with_files(&[], extra)
+    }
+
+    /// Like [`Server::start`], with `(source, name)` files copied into its directory first
+    /// (an RDB to load, say).
+    pub fn start_with_files(files: &[(&str, &str)], extra: &[&str]) -> Server {
+        let n = NEXT_DIR.fetch_add(1, Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("rl-test-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("test dir");
+        for (source, name) in files {
+            std::fs::copy(source, dir.join(name)).expect("copy a file into the test dir");
+        }
+        Server::start_in(dir, extra, true)
+    }
+
+    fn start_in(dir: PathBuf, extra: &[&str], owns_dir: bool) -> Server {
+        let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        // A port can be taken between probing and binding: try a few.
+        for _ in 0..5 {
+            let port = free_port();
+            let mut s = Server {
+                port,
+                dir: dir.clone(),
+                args: args.clone(),
+                child: None,
+                owns_dir,
+            };
+            if s.spawn() {
+                return s;
+            }
+            s.owns_dir = false;
+        }
+        panic!("redis-server did not start; see {}/redis.log", dir.display());
+    }
+
+    fn spawn(&mut self) -> bool {
+        let module = module_path();
+        let mut cmd = Command::new("redis-server");
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg("redis.log")
+            .arg("--save")
+            .arg("")
+            .arg("--enable-debug-command")
+            .arg("yes")
+            .arg("--enable-module-command")
+            .arg("yes")
+            .arg("--loadmodule")
+            .arg(&module)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = cmd.spawn().expect("redis-server on PATH (make deps)");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return false; // exited: port taken, bad config...
+            }
+            if let Ok(mut c) = self.try_conn() {
+                // A server still loading its data answers LOADING: wait for it.
+                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                    self.child = Some(child);
+                    return true;
+                }
+            }
+            sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        false
+    }
+
+    fn try_conn(&self) -> redis::RedisResult<Connection> {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?;
+        let c = client.get_connection_with_timeout(Duration::from_secs(2))?;
+        c.set_read_timeout(Some(Duration::from_secs(30)))?;
+        Ok(c)
+    }
+
+    pub fn conn(&self) -> Connection {
+        self.try_conn().expect("connection to the test server")
+    }
+
+    /// Kills the server without letting it save (like a crash), then starts it again in the
+    /// same directory with the same arguments, so it loads whatever it had persisted.
+    pub fn crash_and_restart(&mut self) {
+        self.kill();
+        assert!(self.spawn(), "restart failed; see {}/redis.log", self.dir.display());
+    }
+
+    /// A clean `SHUTDOWN SAVE` and a start from the saved RDB.
+    pub fn save_and_restart(&mut self) {
+        let _: redis::RedisResult<Value> = redis::cmd("SHUTDOWN").arg("SAVE").query(&mut self.conn());
+        if let Some(mut child) = self.child.take() {
+            let _ = child.wait();
+        }
+        assert!(self.spawn(), "restart failed; see {}/redis.log", self.dir.display());
+    }
+
+    /// A replica of this server, in its own directory, once its link is up.
+    pub fn replica(&self) -> Server {
+        let port = self.port.to_string();
+        let replica = Server::start(&["--replicaof", "127.0.0.1", &port]);
+        let mut c = replica.conn();
+        wait_until("the replica's link", 30, || {
+            let info: String = redis::cmd("INFO").arg("replication").query(&mut c).unwrap_or_default();
+            info.contains("master_link_status:up")
+        });
+        replica
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            // The directory goes either way: show what the server said instead.
+            let log = self.log();
+            let tail: Vec<&str> = log.lines().rev().take(30).collect();
+            eprintln!("--- redis.log (port {}), last lines:", self.port);
+            tail.iter().rev().for_each(|l| eprintln!("{l}"));
+        }
+        if self.owns_dir {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// A server for one test.
+#[fixture]
+pub fn server() -> Server {
+    Server::start(&[])
+}
+
+/// Runs a command given as words and returns its reply.
+pub fn run(c: &mut Connection, words: &[&str]) -> redis::RedisResult<Value> {
+    let mut cmd = redis::cmd(words[0]);
+    for w in &words[1..] {
+        cmd.arg(*w);
+    }
+    cmd.query(c)
+}
+
+/// A limiter reply as its five integers.
+pub fn rl(c: &mut Connection, line: &str) -> [i64; 5] {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let v: Vec<i64> = match run(c, &words) {
+        Ok(v) => redis::from_redis_value(&v).unwrap_or_else(|e| panic!("{line}: {e}")),
+        Err(e) => panic!("{line}: {e}"),
+    };
+    v.try_into().unwrap_or_else(|v| panic!("{line}: not 5 fields: {v:?}"))
+}
+
+/// The full error text (`CODE message`) a command gets.
+pub fn err(c: &mut Connection, words: &[&str]) -> String {
+    match run(c, words) {
+        Ok(v) => panic!("{words:?} answered {v:?}, expected an error"),
+        Err(e) => format!("{} {}", e.code().unwrap_or("?"), e.detail().unwrap_or("")),
+    }
+}
+
+pub fn int(c: &mut Connection, words: &[&str]) -> i64 {
+    redis::from_redis_value(&run(c, words).expect("reply")).expect("integer")
+}
+
+pub fn text(c: &mut Connection, words: &[&str]) -> String {
+    redis::from_redis_value(&run(c, words).expect("reply")).expect("string")
+}
+
+/// `DEBUG DIGEST-VALUE` of one key.
+pub fn digest(c: &mut Connection, key: &str) -> String {
+    let v: Vec<String> = redis::from_redis_value(&run(c, &["DEBUG", "DIGEST-VALUE", key]).expect("digest")).expect("digest");
+    v.concat()
+}
+
+/// `DEBUG DIGEST` of the whole dataset.
+pub fn dataset_digest(c: &mut Connection) -> String {
+    text(c, &["DEBUG", "DIGEST"])
+}

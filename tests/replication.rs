@@ -1,0 +1,104 @@
+//! A replica applies the primary's decisions: same digests, same expiry times, same answers,
+//! whatever its own clock says, and RL.PEEK answers on the replica.
+
+mod common;
+
+use common::{dataset_digest, digest, int, rl, run, text, unix_ms, wait_until, Server};
+use redis::{Connection, Value};
+use rstest::rstest;
+
+/// Waits until the replica has processed everything the primary sent.
+fn sync(primary: &mut Connection) {
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(primary).unwrap();
+    assert_eq!(acked, 1, "the replica did not acknowledge");
+}
+
+#[rstest]
+fn replica_follows_a_burst_of_mixed_calls() {
+    let primary = Server::start(&[]);
+    let replica = primary.replica();
+    let (mut p, mut r) = (primary.conn(), replica.conn());
+    let t = unix_ms();
+    for i in 0..300u64 {
+        let key = format!("k{}", i % 7);
+        let line = match i % 6 {
+            // Server clock: the replica must not read its own.
+            0 => format!("RL.SLIDE {key} 5 2000 20 60000"),
+            1 => format!("RL.SLIDE {key} 5 2000 20 60000 COST 2 NOW {}", t + i),
+            2 => format!("RL.SLIDE {key} 5 2000 20 60000 COST 0"),
+            3 => format!("RL.SLIDE {key} 8 2000 NOW {}", t + i),
+            4 if i % 4 == 0 => format!("RL.REFUND {key} COST 1"),
+            _ => format!("RL.PEEK {key}"),
+        };
+        // PEEK and REFUND answer nil for a key that has nothing yet.
+        run(&mut p, &line.split(' ').collect::<Vec<_>>()).unwrap();
+    }
+    // A transaction and a script replicate their effects too.
+    let _: Value = redis::pipe().atomic().cmd("RL.SLIDE").arg("tx").arg(1).arg(60000).cmd("RL.SLIDE").arg("tx").arg(1).arg(60000).query(&mut p).unwrap();
+    let _: Value = redis::cmd("EVAL").arg("return redis.call('RL.SLIDE', KEYS[1], 3, 60000)").arg(1).arg("lua").query(&mut p).unwrap();
+    sync(&mut p);
+    assert_eq!(dataset_digest(&mut r), dataset_digest(&mut p));
+    for i in 0..7 {
+        let key = format!("k{i}");
+        assert_eq!(digest(&mut r, &key), digest(&mut p, &key), "{key}");
+        assert_eq!(int(&mut r, &["PEXPIRETIME", &key]), int(&mut p, &["PEXPIRETIME", &key]), "{key}");
+        let peek = format!("RL.PEEK {key} NOW {}", t + 400);
+        assert_eq!(rl(&mut r, &peek), rl(&mut p, &peek), "{key}");
+    }
+}
+
+#[rstest]
+fn refused_calls_replicate_nothing() {
+    let primary = Server::start(&[]);
+    let replica = primary.replica();
+    let (mut p, mut r) = (primary.conn(), replica.conn());
+    rl(&mut p, "RL.SLIDE once 1 60000");
+    sync(&mut p);
+    let offset = |c: &mut Connection| -> i64 {
+        let info = text(c, &["INFO", "replication"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("master_repl_offset:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap()
+    };
+    let before = offset(&mut p);
+    for _ in 0..50 {
+        assert_eq!(rl(&mut p, "RL.SLIDE once 1 60000")[0], 0);
+        rl(&mut p, "RL.SLIDE once 1 60000 COST 0");
+        rl(&mut p, "RL.PEEK once");
+        rl(&mut p, "RL.REFUND once COST 0");
+    }
+    assert_eq!(offset(&mut p), before, "refused and read-only calls were propagated");
+    sync(&mut p);
+    assert_eq!(digest(&mut r, "once"), digest(&mut p, "once"));
+}
+
+#[rstest]
+fn replica_answers_peek_and_refuses_writes() {
+    let primary = Server::start(&[]);
+    let replica = primary.replica();
+    let (mut p, mut r) = (primary.conn(), replica.conn());
+    let t = unix_ms();
+    rl(&mut p, &format!("RL.SLIDE pk 10 60000 COST 4 NOW {t}"));
+    sync(&mut p);
+    assert_eq!(rl(&mut r, &format!("RL.PEEK pk NOW {}", t + 100)), [1, 10, 6, 0, 59900]);
+    assert_eq!(run(&mut r, &["RL.PEEK", "nothing"]).unwrap(), Value::Nil);
+    let e = run(&mut r, &["RL.SLIDE", "pk", "10", "60000"]).unwrap_err();
+    assert_eq!(e.code(), Some("READONLY"));
+}
+
+#[rstest]
+fn replica_keeps_the_primarys_expiry_and_deletion() {
+    let primary = Server::start(&[]);
+    let replica = primary.replica();
+    let (mut p, mut r) = (primary.conn(), replica.conn());
+    rl(&mut p, "RL.SLIDE brief 1 200");
+    rl(&mut p, "RL.SLIDE gone 5 60000 COST 2");
+    rl(&mut p, "RL.REFUND gone COST 2");
+    sync(&mut p);
+    assert_eq!(int(&mut r, &["EXISTS", "gone"]), 0, "a fully refunded key is deleted everywhere");
+    assert_eq!(int(&mut r, &["PEXPIRETIME", "brief"]), int(&mut p, &["PEXPIRETIME", "brief"]));
+    wait_until("the primary to expire the key", 10, || int(&mut p, &["EXISTS", "brief"]) == 0);
+    sync(&mut p);
+    wait_until("the replica to drop the key", 10, || int(&mut r, &["EXISTS", "brief"]) == 0);
+}

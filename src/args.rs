@@ -199,13 +199,7 @@ mod tests {
             }
         );
         let plain = slide(&call("RL.SLIDE k 1 1")).unwrap();
-        assert_eq!(
-            plain.options,
-            Options {
-                cost: 1,
-                now: None
-            }
-        );
+        assert_eq!(plain.options, Options { cost: 1, now: None });
     }
 
     #[rstest]
@@ -229,7 +223,10 @@ mod tests {
     #[case("RL.SLIDE k 10 1000 NOW 253402300800000", Error::Range { arg: "NOW", min: 0, max: MAX_TIMESTAMP })]
     #[case("RL.SLIDE k 10 1000 BURST 2", Error::UnknownOption("BURST".into()))]
     #[case("RL.SLIDE k 10 1000 COST 1 10 1000", Error::UnknownOption("10".into()))]
-    #[case("RL.SLIDE k 1 1 2 2 3 3 4 4 5 5 6 6 7 7 8 8 9 9", Error::TooManyWindows(8))]
+    #[case(
+        "RL.SLIDE k 1 1 2 2 3 3 4 4 5 5 6 6 7 7 8 8 9 9",
+        Error::TooManyWindows(8)
+    )]
     #[case("RL.PEEK k COST 1", Error::UnknownOption("COST".into()))]
     fn bad_input_names_the_argument(#[case] line: &str, #[case] want: Error) {
         let args = call(line);

@@ -74,7 +74,11 @@ impl Strings {
     }
 }
 
-fn build_args(args: &[Arg], strings: &mut Strings, keep: &mut Vec<Vec<raw::RedisModuleCommandArg>>) -> *mut raw::RedisModuleCommandArg {
+fn build_args(
+    args: &[Arg],
+    strings: &mut Strings,
+    keep: &mut Vec<Vec<raw::RedisModuleCommandArg>>,
+) -> *mut raw::RedisModuleCommandArg {
     let mut out: Vec<raw::RedisModuleCommandArg> = args
         .iter()
         .map(|a| {
@@ -98,7 +102,11 @@ fn build_args(args: &[Arg], strings: &mut Strings, keep: &mut Vec<Vec<raw::Redis
                     ArgKind::String => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
                     ArgKind::Block => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK,
                 },
-                key_spec_index: if matches!(a.kind, ArgKind::Key) { 0 } else { -1 },
+                key_spec_index: if matches!(a.kind, ArgKind::Key) {
+                    0
+                } else {
+                    -1
+                },
                 token: a.token.map_or(ptr::null(), |t| strings.add(t)),
                 summary: ptr::null(),
                 since: ptr::null(),
@@ -137,13 +145,16 @@ pub fn set(ctx: &Context, info: &Info) -> bool {
     let key_flags = if info.read_only {
         raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS
     } else {
-        raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE
+        raw::REDISMODULE_CMD_KEY_RW
+            | raw::REDISMODULE_CMD_KEY_ACCESS
+            | raw::REDISMODULE_CMD_KEY_UPDATE
     };
     // SAFETY: zeroed key specs are valid values for these plain C structs and unions; the
     // second one is the terminator.
     let mut key_specs: [raw::RedisModuleCommandKeySpec; 2] = unsafe { std::mem::zeroed() };
     key_specs[0].flags = u64::from(key_flags);
-    key_specs[0].begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+    key_specs[0].begin_search_type =
+        raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
     key_specs[0].bs.index.pos = 1;
     key_specs[0].find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
     key_specs[0].fk.range.lastkey = 0;

@@ -43,7 +43,9 @@ pub static LIMITER_TYPE: RedisType = RedisType::new(
 /// Runs `f`, turning a panic into `fallback` and a log line.
 fn guard<T>(what: &str, fallback: T, f: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        logging::log_warning(format!("ratelimit: internal error in {what}; see the log above"));
+        logging::log_warning(format!(
+            "ratelimit: internal error in {what}; see the log above"
+        ));
         fallback
     })
 }
@@ -104,7 +106,9 @@ unsafe extern "C" fn aof_rewrite(
 }
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
-    guard("mem_usage", 0, || limiter(value).map_or(0, Limiter::mem_usage))
+    guard("mem_usage", 0, || {
+        limiter(value).map_or(0, Limiter::mem_usage)
+    })
 }
 
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {

@@ -58,10 +58,9 @@ impl fmt::Display for Error {
                 held.command()
             ),
             Error::BadPayload(why) => write!(f, "ERR invalid limiter payload: {why}"),
-            Error::Internal(cmd) => write!(
-                f,
-                "ERR internal error in {cmd} (details in the server log)"
-            ),
+            Error::Internal(cmd) => {
+                write!(f, "ERR internal error in {cmd} (details in the server log)")
+            }
         }
     }
 }

@@ -6,6 +6,7 @@
 //! thin layer that parses, reads the clock, replies and replicates.
 
 pub mod algo;
+mod api;
 pub mod args;
 mod cmdinfo;
 pub mod codec;
@@ -16,12 +17,14 @@ mod stats;
 mod store;
 pub mod value;
 
+use std::os::raw::c_int;
+
 use redis_module::{
-    redis_module, AclCategory, Context, InfoContext, ModuleOptions, RedisResult, RedisString, Status,
+    raw, redis_module, AclCategory, Context, InfoContext, ModuleOptions, RedisResult, RedisString,
+    Status,
 };
 
 use cmdinfo::{arg, option, Arg, ArgKind, Info};
-use commands::{rl_peek, rl_refund, rl_restore, rl_slide};
 use datatype::LIMITER_TYPE;
 
 /// Unit tests run outside Redis, where the Redis allocator aborts.
@@ -37,7 +40,10 @@ const ALLOCATOR: Allocator = std::alloc::System;
 const KEY: Arg = arg("key", ArgKind::Key);
 const COST: Arg = option("COST", "cost");
 const NOW: Arg = option("NOW", "unix-time-milliseconds");
-const WINDOW: [Arg; 2] = [arg("limit", ArgKind::Integer), arg("window-ms", ArgKind::Integer)];
+const WINDOW: [Arg; 2] = [
+    arg("limit", ArgKind::Integer),
+    arg("window-ms", ArgKind::Integer),
+];
 
 static COMMANDS: [Info; 4] = [
     Info {
@@ -86,12 +92,66 @@ static COMMANDS: [Info; 4] = [
     },
 ];
 
+/// Defines the C entry point of one command.
+macro_rules! command {
+    ($fn_name:ident, $name:literal, $counters:expr, $handler:path) => {
+        unsafe extern "C" fn $fn_name(
+            ctx: *mut raw::RedisModuleCtx,
+            argv: *mut *mut raw::RedisModuleString,
+            argc: c_int,
+        ) -> c_int {
+            // SAFETY: these are the arguments Redis calls a command function with.
+            unsafe { api::dispatch(ctx, argv, argc, $name, $counters, $handler) }
+        }
+    };
+}
+
+command!(rl_slide, "RL.SLIDE", Some(&stats::SLIDE), commands::slide);
+command!(rl_peek, "RL.PEEK", Some(&stats::PEEK), commands::peek);
+command!(
+    rl_refund,
+    "RL.REFUND",
+    Some(&stats::REFUND),
+    commands::refund
+);
+command!(rl_restore, "RL.RESTORE", None, commands::restore);
+
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     // Damaged RESTORE payloads become errors instead of aborting the server, and keys are
     // signalled as modified only when a call changed them.
     ctx.set_module_options(
         ModuleOptions::HANDLE_IO_ERRORS | ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED,
     );
+    api::COST.init();
+    api::NOW.init();
+    // Mandatory flags only: ACL categories are optional (7.2+) and set where supported.
+    let commands: [(
+        &std::ffi::CStr,
+        raw::RedisModuleCmdFunc,
+        &std::ffi::CStr,
+        &std::ffi::CStr,
+    ); 4] = [
+        (
+            c"RL.SLIDE",
+            Some(rl_slide),
+            c"write deny-oom",
+            c"write ratelimit",
+        ),
+        (c"RL.PEEK", Some(rl_peek), c"readonly", c"read ratelimit"),
+        (c"RL.REFUND", Some(rl_refund), c"write", c"write ratelimit"),
+        (
+            c"RL.RESTORE",
+            Some(rl_restore),
+            c"write deny-oom",
+            c"write ratelimit",
+        ),
+    ];
+    for (name, func, flags, acl) in commands {
+        if !api::create_command(ctx, name, func, flags, acl) {
+            ctx.log_warning(&format!("ratelimit: could not register {name:?}"));
+            return Status::Err;
+        }
+    }
     for info in &COMMANDS {
         cmdinfo::set(ctx, info);
     }
@@ -106,12 +166,6 @@ redis_module! {
     acl_categories: ["ratelimit",],
     init: init,
     info: info,
-    commands: [
-        ["RL.SLIDE", rl_slide, "write deny-oom", 1, 1, 1, "", "write ratelimit"],
-        ["RL.PEEK", rl_peek, "readonly", 1, 1, 1, "", "read ratelimit"],
-        ["RL.REFUND", rl_refund, "write", 1, 1, 1, "", "write ratelimit"],
-        ["RL.RESTORE", rl_restore, "write deny-oom", 1, 1, 1, "", "write ratelimit"],
-    ],
 }
 
 fn info(ctx: &InfoContext, for_crash_report: bool) {

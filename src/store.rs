@@ -3,7 +3,9 @@
 
 use std::os::raw::c_int;
 
-use redis_module::{raw, Context, RedisString};
+use redis_module::{raw, Context};
+
+use crate::api::Arg;
 
 use crate::algo::Millis;
 use crate::datatype::LIMITER_TYPE;
@@ -13,13 +15,13 @@ use crate::value::Limiter;
 /// An open key, closed on drop.
 pub struct Key<'a> {
     ctx: &'a Context,
-    name: &'a RedisString,
+    name: Arg,
     key: *mut raw::RedisModuleKey,
 }
 
 impl<'a> Key<'a> {
     /// Opens `name` for reading, or for reading and writing.
-    pub fn open(ctx: &'a Context, name: &'a RedisString, write: bool) -> Self {
+    pub fn open(ctx: &'a Context, name: Arg, write: bool) -> Self {
         let mode = if write {
             raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
         } else {
@@ -29,29 +31,36 @@ impl<'a> Key<'a> {
         // key (or null for a missing key in read mode) that we close exactly once in Drop.
         let key = unsafe {
             raw::RedisModule_OpenKey.map_or(std::ptr::null_mut(), |open| {
-                open(ctx.ctx, name.inner, mode as c_int).cast()
+                open(ctx.ctx, name.raw(), mode as c_int).cast()
             })
         };
         Key { ctx, name, key }
     }
 
     /// The limiter the key holds, `None` for a missing key, WRONGTYPE for another type.
-    pub fn limiter(&self) -> Result<Option<&mut Limiter>, Error> {
+    pub fn limiter(&mut self) -> Result<Option<&mut Limiter>, Error> {
         if self.key.is_null() {
             return Ok(None);
         }
         // SAFETY: the key is open; the value of a key of our type is always a Box<Limiter>
         // created by `set` or by the type's load/copy callbacks.
         unsafe {
-            let key_type = raw::KeyType::from(raw::RedisModule_KeyType.ok_or(Error::Internal("KeyType"))?(self.key));
+            let key_type = raw::KeyType::from(raw::RedisModule_KeyType
+                .ok_or(Error::Internal("KeyType"))?(
+                self.key
+            ));
             match key_type {
                 raw::KeyType::Empty => Ok(None),
                 raw::KeyType::Module
-                    if raw::RedisModule_ModuleTypeGetType.ok_or(Error::Internal("GetType"))?(self.key)
-                        == *LIMITER_TYPE.raw_type.borrow() =>
+                    if raw::RedisModule_ModuleTypeGetType.ok_or(Error::Internal("GetType"))?(
+                        self.key,
+                    ) == *LIMITER_TYPE.raw_type.borrow() =>
                 {
-                    let value = raw::RedisModule_ModuleTypeGetValue.ok_or(Error::Internal("GetValue"))?(self.key)
-                        .cast::<Limiter>();
+                    let value = raw::RedisModule_ModuleTypeGetValue
+                        .ok_or(Error::Internal("GetValue"))?(
+                        self.key
+                    )
+                    .cast::<Limiter>();
                     Ok(value.as_mut())
                 }
                 _ => Err(Error::WrongType),
@@ -61,7 +70,8 @@ impl<'a> Key<'a> {
 
     /// Stores `limiter`, replacing (and freeing) any previous limiter. Redis drops the TTL.
     pub fn set(&self, limiter: Limiter) -> Result<(), Error> {
-        let set_value = unsafe { raw::RedisModule_ModuleTypeSetValue }.ok_or(Error::Internal("SetValue"))?;
+        let set_value =
+            unsafe { raw::RedisModule_ModuleTypeSetValue }.ok_or(Error::Internal("SetValue"))?;
         let value = Box::into_raw(Box::new(limiter));
         // SAFETY: the key is open for writing; on success Redis owns the box and frees it
         // through the type's free callback.
@@ -105,7 +115,7 @@ impl<'a> Key<'a> {
         // SAFETY: ctx and name are live.
         unsafe {
             if let Some(signal) = raw::RedisModule_SignalModifiedKey {
-                signal(self.ctx.ctx, self.name.inner);
+                signal(self.ctx.ctx, self.name.raw());
             }
         }
     }

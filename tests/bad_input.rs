@@ -70,7 +70,10 @@ fn bad_input_is_refused_and_changes_nothing(#[case] words: &[&str], #[case] want
         Ok(v) => panic!("{words:?} answered {v:?}"),
         Err(e) => format!("{} {}", e.code().unwrap_or("?"), e.detail().unwrap_or("")),
     };
-    assert!(got.starts_with(want), "{words:?}: got {got:?}, want {want:?}");
+    assert!(
+        got.starts_with(want),
+        "{words:?}: got {got:?}, want {want:?}"
+    );
     assert_eq!(digest(&mut c, "bad"), before, "{words:?} changed the key");
     let ttl_after: i64 = redis::cmd("PEXPIRETIME").arg("bad").query(&mut c).unwrap();
     assert_eq!(ttl_after, ttl_before);
@@ -88,5 +91,8 @@ fn huge_argument_counts_are_refused() {
     }
     let e = cmd.query::<redis::Value>(&mut c).unwrap_err();
     assert_eq!(e.code(), Some("ERR"));
-    assert_eq!(run(&mut c, &["EXISTS", "huge"]).unwrap(), redis::Value::Int(0));
+    assert_eq!(
+        run(&mut c, &["EXISTS", "huge"]).unwrap(),
+        redis::Value::Int(0)
+    );
 }

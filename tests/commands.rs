@@ -10,7 +10,10 @@ use rstest::rstest;
 #[rstest]
 fn readme_first_call(server: Server) {
     let mut c = server.conn();
-    assert_eq!(rl(&mut c, "RL.SLIDE user:42 100 60000"), [1, 100, 99, 0, 60000]);
+    assert_eq!(
+        rl(&mut c, "RL.SLIDE user:42 100 60000"),
+        [1, 100, 99, 0, 60000]
+    );
 }
 
 #[rstest]
@@ -38,21 +41,42 @@ fn readme_two_windows(server: Server) {
     assert_eq!(rl(&mut c, &at(30)), [0, 25, 0, 4970, 299_994]);
     // Once the burst has left the short window, only the long one still counts it.
     assert_eq!(rl(&mut c, &at(5030)), [1, 25, 24, 0, 300_000]);
-    assert_eq!(rl(&mut c, &format!("RL.PEEK jobs:acme NOW {}", t + 5030)), [1, 25, 24, 0, 300_000]);
+    assert_eq!(
+        rl(&mut c, &format!("RL.PEEK jobs:acme NOW {}", t + 5030)),
+        [1, 25, 24, 0, 300_000]
+    );
 }
 
 #[rstest]
 fn readme_cost_peek_refund(server: Server) {
     let mut c = server.conn();
     let t = unix_ms();
-    assert_eq!(rl(&mut c, &format!("RL.SLIDE upload:7 10 60000 COST 4 NOW {t}")), [1, 10, 6, 0, 60000]);
     assert_eq!(
-        rl(&mut c, &format!("RL.SLIDE upload:7 10 60000 COST 7 NOW {}", t + 10)),
+        rl(
+            &mut c,
+            &format!("RL.SLIDE upload:7 10 60000 COST 4 NOW {t}")
+        ),
+        [1, 10, 6, 0, 60000]
+    );
+    assert_eq!(
+        rl(
+            &mut c,
+            &format!("RL.SLIDE upload:7 10 60000 COST 7 NOW {}", t + 10)
+        ),
         [0, 10, 6, 59_990, 59_990]
     );
-    assert_eq!(rl(&mut c, &format!("RL.PEEK upload:7 NOW {}", t + 10)), [1, 10, 6, 0, 59_990]);
-    assert_eq!(rl(&mut c, &format!("RL.REFUND upload:7 COST 3 NOW {}", t + 20)), [1, 10, 9, 0, 59_980]);
-    assert_eq!(rl(&mut c, &format!("RL.REFUND upload:7 NOW {}", t + 20)), [1, 10, 10, 0, 0]);
+    assert_eq!(
+        rl(&mut c, &format!("RL.PEEK upload:7 NOW {}", t + 10)),
+        [1, 10, 6, 0, 59_990]
+    );
+    assert_eq!(
+        rl(&mut c, &format!("RL.REFUND upload:7 COST 3 NOW {}", t + 20)),
+        [1, 10, 9, 0, 59_980]
+    );
+    assert_eq!(
+        rl(&mut c, &format!("RL.REFUND upload:7 NOW {}", t + 20)),
+        [1, 10, 10, 0, 0]
+    );
     // Refunding everything leaves nothing to keep: the key is gone.
     assert_eq!(int(&mut c, &["EXISTS", "upload:7"]), 0);
 }
@@ -62,27 +86,44 @@ fn key_expires_when_empty_and_pttl_is_reset_after(server: Server) {
     let mut c = server.conn();
     let reply = rl(&mut c, "RL.SLIDE ttl:key 5 60000");
     let pttl = int(&mut c, &["PTTL", "ttl:key"]);
-    assert!(pttl <= reply[4] && pttl > reply[4] - 1000, "pttl {pttl} vs {reply:?}");
+    assert!(
+        pttl <= reply[4] && pttl > reply[4] - 1000,
+        "pttl {pttl} vs {reply:?}"
+    );
     // A refused call changes nothing, not even the expiry.
     let t = unix_ms();
     rl(&mut c, &format!("RL.SLIDE short 1 150 NOW {t}"));
     let expire_at = int(&mut c, &["PEXPIRETIME", "short"]);
     assert_eq!(expire_at, (t + 150) as i64);
-    assert_eq!(rl(&mut c, &format!("RL.SLIDE short 1 150 NOW {}", t + 10))[0], 0);
+    assert_eq!(
+        rl(&mut c, &format!("RL.SLIDE short 1 150 NOW {}", t + 10))[0],
+        0
+    );
     assert_eq!(int(&mut c, &["PEXPIRETIME", "short"]), expire_at);
-    wait_until("the key to expire", 10, || int(&mut c, &["EXISTS", "short"]) == 0);
+    wait_until("the key to expire", 10, || {
+        int(&mut c, &["EXISTS", "short"]) == 0
+    });
 }
 
 #[rstest]
 fn refused_calls_and_cost_zero_change_nothing(server: Server) {
     let mut c = server.conn();
     let t = unix_ms();
-    assert_eq!(rl(&mut c, &format!("RL.SLIDE z 1 1000 COST 0 NOW {t}")), [1, 1, 1, 0, 0]);
+    assert_eq!(
+        rl(&mut c, &format!("RL.SLIDE z 1 1000 COST 0 NOW {t}")),
+        [1, 1, 1, 0, 0]
+    );
     assert_eq!(int(&mut c, &["EXISTS", "z"]), 0, "COST 0 creates nothing");
     rl(&mut c, &format!("RL.SLIDE z 1 1000 NOW {t}"));
     let before = digest(&mut c, "z");
-    assert_eq!(rl(&mut c, &format!("RL.SLIDE z 1 1000 NOW {}", t + 1))[0], 0);
-    assert_eq!(rl(&mut c, &format!("RL.SLIDE z 1 1000 COST 0 NOW {}", t + 2)), [1, 1, 0, 0, 998]);
+    assert_eq!(
+        rl(&mut c, &format!("RL.SLIDE z 1 1000 NOW {}", t + 1))[0],
+        0
+    );
+    assert_eq!(
+        rl(&mut c, &format!("RL.SLIDE z 1 1000 COST 0 NOW {}", t + 2)),
+        [1, 1, 0, 0, 998]
+    );
     assert_eq!(digest(&mut c, "z"), before);
 }
 
@@ -91,9 +132,15 @@ fn requests_in_the_same_millisecond_all_count(server: Server) {
     let mut c = server.conn();
     let t = unix_ms();
     for remaining in (0..5).rev() {
-        assert_eq!(rl(&mut c, &format!("RL.SLIDE same 5 1000 NOW {t}"))[2], remaining);
+        assert_eq!(
+            rl(&mut c, &format!("RL.SLIDE same 5 1000 NOW {t}"))[2],
+            remaining
+        );
     }
-    assert_eq!(rl(&mut c, &format!("RL.SLIDE same 5 1000 NOW {t}")), [0, 5, 0, 1000, 1000]);
+    assert_eq!(
+        rl(&mut c, &format!("RL.SLIDE same 5 1000 NOW {t}")),
+        [0, 5, 0, 1000, 1000]
+    );
 }
 
 #[rstest]
@@ -102,8 +149,14 @@ fn time_never_runs_backwards(server: Server) {
     let t = unix_ms();
     rl(&mut c, &format!("RL.SLIDE back 2 1000 NOW {}", t + 500));
     // An earlier NOW counts as +500: the window still holds the first request.
-    assert_eq!(rl(&mut c, &format!("RL.SLIDE back 2 1000 NOW {t}")), [1, 2, 0, 0, 1000]);
-    assert_eq!(rl(&mut c, &format!("RL.PEEK back NOW {t}")), [1, 2, 0, 0, 1000]);
+    assert_eq!(
+        rl(&mut c, &format!("RL.SLIDE back 2 1000 NOW {t}")),
+        [1, 2, 0, 0, 1000]
+    );
+    assert_eq!(
+        rl(&mut c, &format!("RL.PEEK back NOW {t}")),
+        [1, 2, 0, 0, 1000]
+    );
 }
 
 #[rstest]
@@ -114,14 +167,23 @@ fn parameters_may_change_between_calls(server: Server) {
     rl(&mut c, &format!("RL.SLIDE cust 2 60000 NOW {t}"));
     assert_eq!(rl(&mut c, &format!("RL.SLIDE cust 2 60000 NOW {t}"))[0], 0);
     // Raising the limit applies to what was already recorded.
-    assert_eq!(rl(&mut c, &format!("RL.SLIDE cust 5 60000 NOW {t}")), [1, 5, 2, 0, 60000]);
-    assert_eq!(rl(&mut c, &format!("RL.PEEK cust NOW {t}")), [1, 5, 2, 0, 60000]);
+    assert_eq!(
+        rl(&mut c, &format!("RL.SLIDE cust 5 60000 NOW {t}")),
+        [1, 5, 2, 0, 60000]
+    );
+    assert_eq!(
+        rl(&mut c, &format!("RL.PEEK cust NOW {t}")),
+        [1, 5, 2, 0, 60000]
+    );
 }
 
 #[rstest]
 fn cost_above_the_limit_can_never_be_allowed(server: Server) {
     let mut c = server.conn();
-    assert_eq!(rl(&mut c, "RL.SLIDE big 10 1000 COST 11"), [0, 10, 10, -1, 0]);
+    assert_eq!(
+        rl(&mut c, "RL.SLIDE big 10 1000 COST 11"),
+        [0, 10, 10, -1, 0]
+    );
     assert_eq!(int(&mut c, &["EXISTS", "big"]), 0);
 }
 
@@ -133,8 +195,15 @@ fn peek_reads_without_changing(server: Server) {
     let t = unix_ms();
     rl(&mut c, &format!("RL.SLIDE p 10 60000 NOW {t}"));
     let expire_at = int(&mut c, &["PEXPIRETIME", "p"]);
-    assert_eq!(rl(&mut c, &format!("RL.PEEK p NOW {}", t + 1000)), [1, 10, 9, 0, 59000]);
-    assert_eq!(int(&mut c, &["PEXPIRETIME", "p"]), expire_at, "PEEK refreshes no expiry");
+    assert_eq!(
+        rl(&mut c, &format!("RL.PEEK p NOW {}", t + 1000)),
+        [1, 10, 9, 0, 59000]
+    );
+    assert_eq!(
+        int(&mut c, &["PEXPIRETIME", "p"]),
+        expire_at,
+        "PEEK refreshes no expiry"
+    );
 }
 
 #[rstest]
@@ -145,10 +214,16 @@ fn refund_of_missing_key_and_cost_zero(server: Server) {
     let t = unix_ms();
     rl(&mut c, &format!("RL.SLIDE r 3 1000 COST 2 NOW {t}"));
     let before = digest(&mut c, "r");
-    assert_eq!(rl(&mut c, &format!("RL.REFUND r COST 0 NOW {t}")), [1, 3, 1, 0, 1000]);
+    assert_eq!(
+        rl(&mut c, &format!("RL.REFUND r COST 0 NOW {t}")),
+        [1, 3, 1, 0, 1000]
+    );
     assert_eq!(digest(&mut c, "r"), before);
     // Never below empty.
-    assert_eq!(rl(&mut c, &format!("RL.REFUND r COST 100 NOW {t}")), [1, 3, 3, 0, 0]);
+    assert_eq!(
+        rl(&mut c, &format!("RL.REFUND r COST 100 NOW {t}")),
+        [1, 3, 3, 0, 0]
+    );
 }
 
 #[rstest]
@@ -197,10 +272,19 @@ fn memory_follows_what_was_recorded(server: Server) {
     let t = unix_ms();
     let mut pipe = redis::pipe();
     for i in 0..1000 {
-        pipe.cmd("RL.SLIDE").arg("mem").arg(100_000).arg(3_600_000).arg("NOW").arg(t + i).ignore();
+        pipe.cmd("RL.SLIDE")
+            .arg("mem")
+            .arg(100_000)
+            .arg(3_600_000)
+            .arg("NOW")
+            .arg(t + i)
+            .ignore();
     }
     pipe.query::<()>(&mut c).unwrap();
-    assert_eq!(rl(&mut c, &format!("RL.PEEK mem NOW {}", t + 999))[2], 99_000);
+    assert_eq!(
+        rl(&mut c, &format!("RL.PEEK mem NOW {}", t + 999))[2],
+        99_000
+    );
     let bytes = int(&mut c, &["MEMORY", "USAGE", "mem", "SAMPLES", "0"]);
     assert!(bytes <= 10 * 1000, "{bytes} bytes for 1000 requests");
 }
@@ -213,29 +297,53 @@ fn info_counts_each_command(server: Server) {
     let _ = run(&mut c, &["RL.SLIDE", "i", "x", "60000"]);
     rl(&mut c, "RL.PEEK i");
     let info = text(&mut c, &["INFO", "ratelimit"]);
-    assert!(info.contains("ratelimit_slide:calls=3,allowed=1,refused=1,errors=1"), "{info}");
-    assert!(info.contains("ratelimit_peek:calls=1,allowed=1,refused=0,errors=0"), "{info}");
+    assert!(
+        info.contains("ratelimit_slide:calls=3,allowed=1,refused=1,errors=1"),
+        "{info}"
+    );
+    assert!(
+        info.contains("ratelimit_peek:calls=1,allowed=1,refused=0,errors=0"),
+        "{info}"
+    );
 }
 
 #[rstest]
 fn command_info_and_docs_describe_each_command(server: Server) {
     let mut c = server.conn();
-    let info = run(&mut c, &["COMMAND", "INFO", "RL.SLIDE", "RL.PEEK", "RL.REFUND"]).unwrap();
-    let Value::Array(commands) = info else { panic!("{info:?}") };
-    let expect = [("rl.slide", -4, "write"), ("rl.peek", -2, "readonly"), ("rl.refund", -2, "write")];
+    let info = run(
+        &mut c,
+        &["COMMAND", "INFO", "RL.SLIDE", "RL.PEEK", "RL.REFUND"],
+    )
+    .unwrap();
+    let Value::Array(commands) = info else {
+        panic!("{info:?}")
+    };
+    let expect = [
+        ("rl.slide", -4, "write"),
+        ("rl.peek", -2, "readonly"),
+        ("rl.refund", -2, "write"),
+    ];
     for (cmd, (name, arity, flag)) in commands.iter().zip(expect) {
-        let Value::Array(fields) = cmd else { panic!("{cmd:?}") };
+        let Value::Array(fields) = cmd else {
+            panic!("{cmd:?}")
+        };
         let got_name: String = redis::from_redis_value(&fields[0]).unwrap();
         assert_eq!(got_name.to_lowercase(), name);
         assert_eq!(fields[1], Value::Int(arity));
         let flags: Vec<String> = redis::from_redis_value(&fields[2]).unwrap();
         assert!(flags.contains(&flag.to_string()), "{name}: {flags:?}");
-        assert_eq!(&fields[3..6], &[Value::Int(1), Value::Int(1), Value::Int(1)]);
+        assert_eq!(
+            &fields[3..6],
+            &[Value::Int(1), Value::Int(1), Value::Int(1)]
+        );
         let specs = format!("{:?}", fields[8]);
         let key_flag = if flag == "readonly" { "RO" } else { "RW" };
         assert!(specs.contains(key_flag), "{name}: {specs}");
     }
-    let docs = format!("{:?}", run(&mut c, &["COMMAND", "DOCS", "RL.SLIDE"]).unwrap());
+    let docs = format!(
+        "{:?}",
+        run(&mut c, &["COMMAND", "DOCS", "RL.SLIDE"]).unwrap()
+    );
     assert!(docs.contains("Exact sliding-window rate limit"), "{docs}");
     assert!(docs.contains("COST"), "{docs}");
 }

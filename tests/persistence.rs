@@ -10,7 +10,10 @@ use rstest::rstest;
 /// A few limiters with history, at times near the real clock so that they stay alive.
 fn fill(c: &mut Connection, t: u64) {
     for i in 0..20 {
-        rl(c, &format!("RL.SLIDE a 10 1000 100 60000 NOW {}", t + i * 7));
+        rl(
+            c,
+            &format!("RL.SLIDE a 10 1000 100 60000 NOW {}", t + i * 7),
+        );
     }
     rl(c, &format!("RL.SLIDE b 1000 3600000 COST 17 NOW {t}"));
     rl(c, &format!("RL.SLIDE b 1000 3600000 COST 3 NOW {}", t + 5));
@@ -73,19 +76,31 @@ fn restart_from_aof(#[case] rewrite: bool) {
         run(&mut c, &["BGREWRITEAOF"]).unwrap();
         common::wait_until("the AOF rewrite", 30, || {
             let info: String = redis::cmd("INFO").arg("persistence").query(&mut c).unwrap();
-            info.contains("aof_rewrite_in_progress:0") && info.contains("aof_last_bgrewrite_status:ok")
+            info.contains("aof_rewrite_in_progress:0")
+                && info.contains("aof_last_bgrewrite_status:ok")
         });
         // More history after the rewrite lands in the new incremental file.
-        rl(&mut c, &format!("RL.SLIDE a 10 1000 100 60000 NOW {}", t + 150));
+        rl(
+            &mut c,
+            &format!("RL.SLIDE a 10 1000 100 60000 NOW {}", t + 150),
+        );
     }
     let before = snapshot(&mut c, t);
-    let live = (rl(&mut c, "RL.PEEK live")[2], digest(&mut c, "live"), int(&mut c, &["PEXPIRETIME", "live"]));
+    let live = (
+        rl(&mut c, "RL.PEEK live")[2],
+        digest(&mut c, "live"),
+        int(&mut c, &["PEXPIRETIME", "live"]),
+    );
     let dataset = dataset_digest(&mut c);
     server.crash_and_restart();
     let mut c = server.conn();
     assert_eq!(snapshot(&mut c, t), before);
     assert_eq!(
-        (rl(&mut c, "RL.PEEK live")[2], digest(&mut c, "live"), int(&mut c, &["PEXPIRETIME", "live"])),
+        (
+            rl(&mut c, "RL.PEEK live")[2],
+            digest(&mut c, "live"),
+            int(&mut c, &["PEXPIRETIME", "live"])
+        ),
         live
     );
     assert_eq!(dataset_digest(&mut c), dataset);
@@ -99,15 +114,26 @@ fn copy_and_dump_restore(server: Server) {
     assert_eq!(int(&mut c, &["COPY", "a", "a2"]), 1);
     assert_eq!(digest(&mut c, "a2"), digest(&mut c, "a"));
     // The copy is independent of the original.
-    rl(&mut c, &format!("RL.SLIDE a2 10 1000 100 60000 NOW {}", t + 5000));
+    rl(
+        &mut c,
+        &format!("RL.SLIDE a2 10 1000 100 60000 NOW {}", t + 5000),
+    );
     assert_ne!(digest(&mut c, "a2"), digest(&mut c, "a"));
 
     let dump: Vec<u8> = redis::cmd("DUMP").arg("b").query(&mut c).unwrap();
     let pttl = int(&mut c, &["PTTL", "b"]);
     run(&mut c, &["DEL", "b2"]).unwrap();
-    let _: () = redis::cmd("RESTORE").arg("b2").arg(pttl).arg(&dump).query(&mut c).unwrap();
+    let _: () = redis::cmd("RESTORE")
+        .arg("b2")
+        .arg(pttl)
+        .arg(&dump)
+        .query(&mut c)
+        .unwrap();
     assert_eq!(digest(&mut c, "b2"), digest(&mut c, "b"));
-    assert_eq!(rl(&mut c, &format!("RL.PEEK b2 NOW {t}")), rl(&mut c, &format!("RL.PEEK b NOW {t}")));
+    assert_eq!(
+        rl(&mut c, &format!("RL.PEEK b2 NOW {t}")),
+        rl(&mut c, &format!("RL.PEEK b NOW {t}"))
+    );
 }
 
 #[rstest]
@@ -123,10 +149,19 @@ fn damaged_dumps_are_refused_without_a_key(server: Server) {
     for i in 0..dump.len().saturating_sub(10) {
         let mut bad = dump.clone();
         bad[i] ^= 0x5a;
-        let res: redis::RedisResult<Value> = redis::cmd("RESTORE").arg("x").arg(0).arg(&bad).arg("REPLACE").query(&mut c);
+        let res: redis::RedisResult<Value> = redis::cmd("RESTORE")
+            .arg("x")
+            .arg(0)
+            .arg(&bad)
+            .arg("REPLACE")
+            .query(&mut c);
         if res.is_err() {
             refused += 1;
-            assert_eq!(int(&mut c, &["EXISTS", "x"]), 0, "byte {i}: a refused RESTORE left a key");
+            assert_eq!(
+                int(&mut c, &["EXISTS", "x"]),
+                0,
+                "byte {i}: a refused RESTORE left a key"
+            );
         }
         run(&mut c, &["DEL", "x"]).unwrap();
         assert_eq!(redis::cmd("PING").query::<String>(&mut c).unwrap(), "PONG");
@@ -151,32 +186,62 @@ fn restore_command_takes_the_documented_encoding(server: Server) {
     for v in [t, 1, 3, 1000, 1, t, 2] {
         varint(&mut payload, v);
     }
-    let ok: String = redis::cmd("RL.RESTORE").arg("r").arg(&payload).query(&mut c).unwrap();
+    let ok: String = redis::cmd("RL.RESTORE")
+        .arg("r")
+        .arg(&payload)
+        .query(&mut c)
+        .unwrap();
     assert_eq!(ok, "OK");
-    assert_eq!(rl(&mut c, &format!("RL.PEEK r NOW {t}")), [1, 3, 1, 0, 1000]);
+    assert_eq!(
+        rl(&mut c, &format!("RL.PEEK r NOW {t}")),
+        [1, 3, 1, 0, 1000]
+    );
     assert_eq!(int(&mut c, &["PEXPIRETIME", "r"]), (t + 1000) as i64);
     // A truncated payload is refused and leaves the key as it was.
     let before = digest(&mut c, "r");
-    let e = redis::cmd("RL.RESTORE").arg("r").arg(&payload[..payload.len() - 1]).query::<Value>(&mut c).unwrap_err();
+    let e = redis::cmd("RL.RESTORE")
+        .arg("r")
+        .arg(&payload[..payload.len() - 1])
+        .query::<Value>(&mut c)
+        .unwrap_err();
     assert_eq!(e.code(), Some("ERR"));
     assert_eq!(digest(&mut c, "r"), before);
     run(&mut c, &["SET", "str", "v"]).unwrap();
-    let e = redis::cmd("RL.RESTORE").arg("str").arg(&payload).query::<Value>(&mut c).unwrap_err();
+    let e = redis::cmd("RL.RESTORE")
+        .arg("str")
+        .arg(&payload)
+        .query::<Value>(&mut c)
+        .unwrap_err();
     assert_eq!(e.code(), Some("WRONGTYPE"));
 }
 
 #[rstest]
 fn loads_the_committed_version_1_rdb() {
     let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/slide-v1.rdb");
-    let server = Server::start_with_files(&[(fixture, "fixture.rdb")], &["--dbfilename", "fixture.rdb"]);
+    let server = Server::start_with_files(
+        &[(fixture, "fixture.rdb")],
+        &["--dbfilename", "fixture.rdb"],
+    );
     let mut c = server.conn();
     // Written by encoding version 1 at 2100-01-01T00:00:00Z (4102444800000): 2 units at T,
     // 3 at T+250, windows 5/1s and 100/60s.
-    assert_eq!(rl(&mut c, "RL.PEEK fixture:slide NOW 4102444800500"), [1, 5, 0, 0, 59750]);
-    assert_eq!(rl(&mut c, "RL.PEEK fixture:slide NOW 4102444801250"), [1, 5, 5, 0, 59000]);
-    assert_eq!(int(&mut c, &["PEXPIRETIME", "fixture:slide"]), 4102444860250);
     assert_eq!(
-        rl(&mut c, "RL.SLIDE fixture:slide 5 1000 100 60000 NOW 4102444800600"),
+        rl(&mut c, "RL.PEEK fixture:slide NOW 4102444800500"),
+        [1, 5, 0, 0, 59750]
+    );
+    assert_eq!(
+        rl(&mut c, "RL.PEEK fixture:slide NOW 4102444801250"),
+        [1, 5, 5, 0, 59000]
+    );
+    assert_eq!(
+        int(&mut c, &["PEXPIRETIME", "fixture:slide"]),
+        4102444860250
+    );
+    assert_eq!(
+        rl(
+            &mut c,
+            "RL.SLIDE fixture:slide 5 1000 100 60000 NOW 4102444800600"
+        ),
         [0, 5, 0, 400, 59650]
     );
 }

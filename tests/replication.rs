@@ -34,14 +34,34 @@ fn replica_follows_a_burst_of_mixed_calls() {
         run(&mut p, &line.split(' ').collect::<Vec<_>>()).unwrap();
     }
     // A transaction and a script replicate their effects too.
-    let _: Value = redis::pipe().atomic().cmd("RL.SLIDE").arg("tx").arg(1).arg(60000).cmd("RL.SLIDE").arg("tx").arg(1).arg(60000).query(&mut p).unwrap();
-    let _: Value = redis::cmd("EVAL").arg("return redis.call('RL.SLIDE', KEYS[1], 3, 60000)").arg(1).arg("lua").query(&mut p).unwrap();
+    let _: Value = redis::pipe()
+        .atomic()
+        .cmd("RL.SLIDE")
+        .arg("tx")
+        .arg(1)
+        .arg(60000)
+        .cmd("RL.SLIDE")
+        .arg("tx")
+        .arg(1)
+        .arg(60000)
+        .query(&mut p)
+        .unwrap();
+    let _: Value = redis::cmd("EVAL")
+        .arg("return redis.call('RL.SLIDE', KEYS[1], 3, 60000)")
+        .arg(1)
+        .arg("lua")
+        .query(&mut p)
+        .unwrap();
     sync(&mut p);
     assert_eq!(dataset_digest(&mut r), dataset_digest(&mut p));
     for i in 0..7 {
         let key = format!("k{i}");
         assert_eq!(digest(&mut r, &key), digest(&mut p, &key), "{key}");
-        assert_eq!(int(&mut r, &["PEXPIRETIME", &key]), int(&mut p, &["PEXPIRETIME", &key]), "{key}");
+        assert_eq!(
+            int(&mut r, &["PEXPIRETIME", &key]),
+            int(&mut p, &["PEXPIRETIME", &key]),
+            "{key}"
+        );
         let peek = format!("RL.PEEK {key} NOW {}", t + 400);
         assert_eq!(rl(&mut r, &peek), rl(&mut p, &peek), "{key}");
     }
@@ -68,7 +88,11 @@ fn refused_calls_replicate_nothing() {
         rl(&mut p, "RL.PEEK once");
         rl(&mut p, "RL.REFUND once COST 0");
     }
-    assert_eq!(offset(&mut p), before, "refused and read-only calls were propagated");
+    assert_eq!(
+        offset(&mut p),
+        before,
+        "refused and read-only calls were propagated"
+    );
     sync(&mut p);
     assert_eq!(digest(&mut r, "once"), digest(&mut p, "once"));
 }
@@ -81,7 +105,10 @@ fn replica_answers_peek_and_refuses_writes() {
     let t = unix_ms();
     rl(&mut p, &format!("RL.SLIDE pk 10 60000 COST 4 NOW {t}"));
     sync(&mut p);
-    assert_eq!(rl(&mut r, &format!("RL.PEEK pk NOW {}", t + 100)), [1, 10, 6, 0, 59900]);
+    assert_eq!(
+        rl(&mut r, &format!("RL.PEEK pk NOW {}", t + 100)),
+        [1, 10, 6, 0, 59900]
+    );
     assert_eq!(run(&mut r, &["RL.PEEK", "nothing"]).unwrap(), Value::Nil);
     let e = run(&mut r, &["RL.SLIDE", "pk", "10", "60000"]).unwrap_err();
     assert_eq!(e.code(), Some("READONLY"));
@@ -96,9 +123,20 @@ fn replica_keeps_the_primarys_expiry_and_deletion() {
     rl(&mut p, "RL.SLIDE gone 5 60000 COST 2");
     rl(&mut p, "RL.REFUND gone COST 2");
     sync(&mut p);
-    assert_eq!(int(&mut r, &["EXISTS", "gone"]), 0, "a fully refunded key is deleted everywhere");
-    assert_eq!(int(&mut r, &["PEXPIRETIME", "brief"]), int(&mut p, &["PEXPIRETIME", "brief"]));
-    wait_until("the primary to expire the key", 10, || int(&mut p, &["EXISTS", "brief"]) == 0);
+    assert_eq!(
+        int(&mut r, &["EXISTS", "gone"]),
+        0,
+        "a fully refunded key is deleted everywhere"
+    );
+    assert_eq!(
+        int(&mut r, &["PEXPIRETIME", "brief"]),
+        int(&mut p, &["PEXPIRETIME", "brief"])
+    );
+    wait_until("the primary to expire the key", 10, || {
+        int(&mut p, &["EXISTS", "brief"]) == 0
+    });
     sync(&mut p);
-    wait_until("the replica to drop the key", 10, || int(&mut r, &["EXISTS", "brief"]) == 0);
+    wait_until("the replica to drop the key", 10, || {
+        int(&mut r, &["EXISTS", "brief"]) == 0
+    });
 }

@@ -167,7 +167,9 @@ impl SlidingLog {
             let fits = used.saturating_add(cost) <= w.limit;
             allowed &= fits;
             let remaining = w.limit.saturating_sub(used);
-            if tightest.is_none_or(|(r, ms, _)| remaining < r || (remaining == r && w.window_ms > ms)) {
+            if tightest
+                .is_none_or(|(r, ms, _)| remaining < r || (remaining == r && w.window_ms > ms))
+            {
                 tightest = Some((remaining, w.window_ms, w.limit));
             }
             if !fits {
@@ -527,7 +529,10 @@ mod tests {
         log.acquire(T0, &small, 2);
         assert!(!log.acquire(T0 + 1, &small, 1).allowed);
         let raised = [w(5, 1000)];
-        assert_eq!(log.acquire(T0 + 1, &raised, 1).as_reply(), [1, 5, 2, 0, 1000]);
+        assert_eq!(
+            log.acquire(T0 + 1, &raised, 1).as_reply(),
+            [1, 5, 2, 0, 1000]
+        );
         assert_eq!(log.windows(), &raised);
     }
 
@@ -563,8 +568,14 @@ mod tests {
         let ws = [w(MAX_LIMIT, 1000)];
         let mut log = SlidingLog::new(&ws);
         assert!(log.acquire(T0, &ws, MAX_LIMIT - 1).allowed);
-        assert_eq!(log.acquire(T0 + 1, &ws, 1).as_reply(), [1, MAX_LIMIT as i64, 0, 0, 1000]);
-        assert_eq!(log.acquire(T0 + 2, &ws, 1).as_reply(), [0, MAX_LIMIT as i64, 0, 998, 999]);
+        assert_eq!(
+            log.acquire(T0 + 1, &ws, 1).as_reply(),
+            [1, MAX_LIMIT as i64, 0, 0, 1000]
+        );
+        assert_eq!(
+            log.acquire(T0 + 2, &ws, 1).as_reply(),
+            [0, MAX_LIMIT as i64, 0, 998, 999]
+        );
         assert_eq!(log.acquire(T0 + 1000, &ws, 1).as_reply()[0], 1);
         assert_eq!(log.records().map(|r| r.1).sum::<u64>(), 2);
     }
@@ -574,7 +585,8 @@ mod tests {
         let ws = vec![w(10, 1000)];
         let ok = SlidingLog::from_records(ws.clone(), T0 + 5, [(T0, 1), (T0 + 5, 2)]);
         assert_eq!(ok.unwrap().records().count(), 2);
-        let cases: [(Vec<Window>, Millis, Vec<(Millis, u64)>); 7] = [
+        type Case = (Vec<Window>, Millis, Vec<(Millis, u64)>);
+        let cases: [Case; 7] = [
             (vec![], T0, vec![]),
             (vec![w(0, 1000)], T0, vec![]),
             (ws.clone(), T0, vec![(T0, 0)]),

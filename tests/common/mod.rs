@@ -102,7 +102,10 @@ impl Server {
             }
             s.owns_dir = false;
         }
-        panic!("redis-server did not start; see {}/redis.log", dir.display());
+        panic!(
+            "redis-server did not start; see {}/redis.log",
+            dir.display()
+        );
     }
 
     fn spawn(&mut self) -> bool {
@@ -163,16 +166,25 @@ impl Server {
     /// same directory with the same arguments, so it loads whatever it had persisted.
     pub fn crash_and_restart(&mut self) {
         self.kill();
-        assert!(self.spawn(), "restart failed; see {}/redis.log", self.dir.display());
+        assert!(
+            self.spawn(),
+            "restart failed; see {}/redis.log",
+            self.dir.display()
+        );
     }
 
     /// A clean `SHUTDOWN SAVE` and a start from the saved RDB.
     pub fn save_and_restart(&mut self) {
-        let _: redis::RedisResult<Value> = redis::cmd("SHUTDOWN").arg("SAVE").query(&mut self.conn());
+        let _: redis::RedisResult<Value> =
+            redis::cmd("SHUTDOWN").arg("SAVE").query(&mut self.conn());
         if let Some(mut child) = self.child.take() {
             let _ = child.wait();
         }
-        assert!(self.spawn(), "restart failed; see {}/redis.log", self.dir.display());
+        assert!(
+            self.spawn(),
+            "restart failed; see {}/redis.log",
+            self.dir.display()
+        );
     }
 
     /// A replica of this server, in its own directory, once its link is up.
@@ -181,7 +193,10 @@ impl Server {
         let replica = Server::start(&["--replicaof", "127.0.0.1", &port]);
         let mut c = replica.conn();
         wait_until("the replica's link", 30, || {
-            let info: String = redis::cmd("INFO").arg("replication").query(&mut c).unwrap_or_default();
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut c)
+                .unwrap_or_default();
             info.contains("master_link_status:up")
         });
         replica
@@ -241,7 +256,8 @@ pub fn rl(c: &mut Connection, line: &str) -> [i64; 5] {
         Ok(v) => redis::from_redis_value(&v).unwrap_or_else(|e| panic!("{line}: {e}")),
         Err(e) => panic!("{line}: {e}"),
     };
-    v.try_into().unwrap_or_else(|v| panic!("{line}: not 5 fields: {v:?}"))
+    v.try_into()
+        .unwrap_or_else(|v| panic!("{line}: not 5 fields: {v:?}"))
 }
 
 /// The full error text (`CODE message`) a command gets.
@@ -262,7 +278,9 @@ pub fn text(c: &mut Connection, words: &[&str]) -> String {
 
 /// `DEBUG DIGEST-VALUE` of one key.
 pub fn digest(c: &mut Connection, key: &str) -> String {
-    let v: Vec<String> = redis::from_redis_value(&run(c, &["DEBUG", "DIGEST-VALUE", key]).expect("digest")).expect("digest");
+    let v: Vec<String> =
+        redis::from_redis_value(&run(c, &["DEBUG", "DIGEST-VALUE", key]).expect("digest"))
+            .expect("digest");
     v.concat()
 }
 

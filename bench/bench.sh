@@ -1,0 +1,331 @@
+#!/usr/bin/env bash
+# Throughput and server-side cost of the RL.* commands against INCR and equivalent Lua
+# scripts, plus memory per recorded request. Run by `make bench` from the repo root.
+#
+# Starts one redis-server (loopback, free port, no persistence, temp dir) with the module,
+# runs every case below with redis-benchmark against it, and prints one table:
+#   requests/s, as % of the baseline (the first case, INCR),
+#   usec_per_call from INFO commandstats (reset before each case), as a multiple of INCR's,
+#   and for cases that name a comparison case, their throughput as a multiple of it.
+#
+# Environment:
+#   MODULE         the module to load   (default: <repo>/target/release/libredis_ratelimit.so)
+#   BENCH_N        requests per case at 100%          (default: 1000000)
+#   BENCH_ROUNDS   run the whole list this many times, keep each case's best (default: 1)
+#   BENCH_CLIENTS  redis-benchmark -c                 (default: 50)
+#   BENCH_PIPELINE redis-benchmark -P                 (default: 16)
+#   BENCH_TIMEOUT  seconds allowed for one redis-benchmark run (default: 180)
+set -euo pipefail
+
+# ---------------------------------------------------------------------------------------
+# The cases. One line each, fields separated by '|':
+#   name    unique label, used in the table and by the 'vs' field of other cases
+#   stat    command whose usec_per_call is read from INFO commandstats (case-insensitive;
+#           Redis prints module commands as registered, e.g. cmdstat_RL.SLIDE)
+#   vs      name of the case this one's throughput is compared with (empty: none)
+#   n%      share of BENCH_N this case runs (slow cases run fewer requests, same seconds;
+#           but cases on __rand_int__ keys that are compared run the same count, so that
+#           the same share of their calls create a key)
+#   opts    extra redis-benchmark options (e.g. -r 100000 for __rand_int__ keys)
+#   command the command; a word @name@ is replaced by the SHA1 of bench/name.lua,
+#           loaded with SCRIPT LOAD
+# The first case is the baseline. Later limiters add a line for each shape (and a Lua
+# script in bench/ for comparison), e.g.
+#   "token-refuse | rl.token | lua-token-refuse | 100 | | RL.TOKEN tok 100 60000"
+# ---------------------------------------------------------------------------------------
+CASES=(
+  # name              | stat     | vs                | n%  | opts      | command
+  "incr               | incr     |                   | 100 |           | INCR counter"
+  "slide-hot-refuse   | rl.slide | lua-hot-refuse    | 100 |           | RL.SLIDE hot 100 60000"
+  "slide-hot-allow    | rl.slide | lua-hot-allow     | 100 |           | RL.SLIDE hotall 4000000000 1000"
+  "slide-100k-keys    | rl.slide | lua-100k-keys     | 100 | -r 100000 | RL.SLIDE k:__rand_int__ 100 60000"
+  "lua-hot-refuse     | evalsha  |                   | 25  |           | EVALSHA @sliding_log@ 1 lua:hot 100 60000"
+  "lua-hot-allow      | evalsha  |                   | 25  |           | EVALSHA @sliding_log@ 1 lua:hotall 4000000000 1000"
+  "lua-100k-keys      | evalsha  |                   | 100 | -r 100000 | EVALSHA @sliding_log@ 1 lua:k:__rand_int__ 100 60000"
+)
+
+# Targets from the issue, checked for every case that has a 'vs' case.
+MIN_PCT_OF_BASELINE=85 # throughput at least this % of the baseline's
+MIN_X_VS=5             # and at least this multiple of the compared case's
+MAX_BYTES_PER_REQ=10   # memory per recorded request (memory section)
+
+# The settings given in the environment, to print how the figures were produced.
+ENV_USED=
+for v in MODULE BENCH_N BENCH_ROUNDS BENCH_CLIENTS BENCH_PIPELINE BENCH_TIMEOUT; do
+  [[ -z ${!v+x} ]] || ENV_USED+="$v=${!v} "
+done
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$BENCH_DIR/.." && pwd)
+MODULE=${MODULE:-$ROOT/target/release/libredis_ratelimit.so}
+N=${BENCH_N:-1000000}
+ROUNDS=${BENCH_ROUNDS:-1}
+CLIENTS=${BENCH_CLIENTS:-50}
+PIPELINE=${BENCH_PIPELINE:-16}
+CASE_TIMEOUT=${BENCH_TIMEOUT:-180}
+
+die() {
+  echo "bench: $*" >&2
+  exit 1
+}
+log() { echo "bench: $*" >&2; }
+
+for tool in redis-server redis-cli redis-benchmark timeout awk; do
+  command -v "$tool" >/dev/null || die "$tool not found (make deps installs redis-server and redis-tools)"
+done
+case $MODULE in /*) ;; *) MODULE=$PWD/$MODULE ;; esac
+[[ -f $MODULE ]] || die "module not found: $MODULE (run make build)"
+for v in N ROUNDS CLIENTS PIPELINE CASE_TIMEOUT; do
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
+done
+
+# ---------------------------------------------------------------------------------------
+# Server: one redis-server on a free loopback port; the trap stops it and removes the temp
+# dir whatever happens.
+# ---------------------------------------------------------------------------------------
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/rl-bench.XXXXXX")
+SERVER_PID=
+PORT=
+
+cleanup() {
+  local rc=$?
+  if [[ -n $SERVER_PID ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
+    kill "$SERVER_PID" 2>/dev/null || true
+    for _ in $(seq 50); do # up to 5 s, then SIGKILL
+      kill -0 "$SERVER_PID" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -9 "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+  fi
+  rm -rf "$TMP"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+rcli() { timeout 30 redis-cli -h 127.0.0.1 -p "$PORT" "$@"; }
+
+# True when nothing accepts connections on 127.0.0.1:$1.
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+start_server() {
+  local attempt i
+  for attempt in $(seq 10); do
+    PORT=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+    [[ $PORT == 6379 ]] && continue
+    port_free "$PORT" || continue
+    redis-server --port "$PORT" --bind 127.0.0.1 --dir "$TMP" \
+      --loadmodule "$MODULE" --save "" --appendonly no \
+      --logfile "$TMP/redis.log" >/dev/null 2>&1 &
+    SERVER_PID=$!
+    for i in $(seq 100); do # up to 10 s
+      if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+        break # exited: most likely the port was taken in between; try another one
+      fi
+      if [[ $(timeout 2 redis-cli -h 127.0.0.1 -p "$PORT" PING 2>/dev/null) == PONG ]]; then
+        return 0
+      fi
+      sleep 0.1
+    done
+    kill -9 "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=
+    if ! grep -q "Address already in use" "$TMP/redis.log" 2>/dev/null; then
+      tail -n 5 "$TMP/redis.log" >&2 2>/dev/null || true
+      die "redis-server did not start on port $PORT"
+    fi
+    log "port $PORT taken, trying another one"
+    : >"$TMP/redis.log"
+  done
+  die "could not start redis-server"
+}
+
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
+start_server
+SERVER_VERSION=$(rcli INFO server | tr -d '\r' | awk -F: '$1 == "redis_version" { print $2 }')
+rcli MODULE LIST | grep -qi ratelimit || die "module not loaded (see $TMP/redis.log)"
+log "redis-server $SERVER_VERSION on 127.0.0.1:$PORT (pid $SERVER_PID) with $MODULE"
+
+# ---------------------------------------------------------------------------------------
+# Cases
+# ---------------------------------------------------------------------------------------
+trim() {
+  local s=$1
+  s=${s#"${s%%[![:space:]]*}"}
+  s=${s%"${s##*[![:space:]]}"}
+  printf '%s' "$s"
+}
+
+declare -A SHA=()
+script_sha() { # name -> SHA1 of bench/name.lua, loaded once
+  local name=$1 file=$BENCH_DIR/$1.lua sha
+  if [[ -z ${SHA[$name]:-} ]]; then
+    [[ -f $file ]] || die "no script $file"
+    sha=$(rcli SCRIPT LOAD "$(cat "$file")")
+    [[ $sha =~ ^[0-9a-f]{40}$ ]] || die "SCRIPT LOAD $file failed: $sha"
+    SHA[$name]=$sha
+  fi
+  printf '%s' "${SHA[$name]}"
+}
+
+# Parsed case fields, indexed like CASES.
+NAMES=() STATS=() VS=() SHARE=() OPTS=() CMDS=()
+declare -A INDEX=()
+for i in "${!CASES[@]}"; do
+  IFS='|' read -r name stat vs share opts cmd <<<"${CASES[$i]}"
+  name=$(trim "$name") stat=$(trim "$stat") vs=$(trim "$vs")
+  share=$(trim "$share") opts=$(trim "$opts") cmd=$(trim "$cmd")
+  [[ -n $name && -n $stat && -n $cmd ]] || die "bad case line: ${CASES[$i]}"
+  [[ $share =~ ^[1-9][0-9]*$ ]] || die "bad n% in case $name: '$share'"
+  [[ -z ${INDEX[$name]:-} ]] || die "duplicate case name $name"
+  INDEX[$name]=$i
+  NAMES+=("$name") STATS+=("$stat") VS+=("$vs") SHARE+=("$share") OPTS+=("$opts") CMDS+=("$cmd")
+done
+for i in "${!NAMES[@]}"; do
+  [[ -z ${VS[$i]} || -n ${INDEX[${VS[$i]}]:-} ]] || die "case ${NAMES[$i]} compares with unknown case ${VS[$i]}"
+done
+
+# Reads cmdstat_<stat> from INFO commandstats: prints "calls usec_per_call errors".
+read_stat() {
+  rcli INFO commandstats | tr -d '\r' | awk -v want="cmdstat_$1" '
+    BEGIN { want = tolower(want) }
+    {
+      split($0, kv, ":")
+      if (tolower(kv[1]) != want) next
+      n = split(kv[2], fields, ",")
+      for (j = 1; j <= n; j++) { split(fields[j], p, "="); v[p[1]] = p[2] }
+      print v["calls"] + 0, v["usec_per_call"] + 0, v["rejected_calls"] + v["failed_calls"]
+      found = 1
+    }
+    END { if (!found) print "0 0 0" }'
+}
+
+BEST_RPS=() BEST_USEC=() ERRORS=()
+for i in "${!NAMES[@]}"; do BEST_RPS[i]=0 BEST_USEC[i]=0 ERRORS[i]=0; done
+
+run_case() { # index
+  local i=$1 n words=() w opts=() out rc=0 rps calls usec errs
+  n=$((N * SHARE[i] / 100))
+  ((n > 0)) || n=1
+  read -r -a words <<<"${CMDS[i]}"
+  for w in "${!words[@]}"; do
+    if [[ ${words[w]} =~ ^@([A-Za-z0-9_.-]+)@$ ]]; then words[w]=$(script_sha "${BASH_REMATCH[1]}"); fi
+  done
+  read -r -a opts <<<"${OPTS[i]}"
+  rcli CONFIG RESETSTAT >/dev/null
+  out=$(timeout "$CASE_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "$PORT" \
+    -P "$PIPELINE" -c "$CLIENTS" -n "$n" --csv "${opts[@]}" "${words[@]}" 2>&1) || rc=$?
+  ((rc != 124)) || die "case ${NAMES[i]}: redis-benchmark did not finish in ${CASE_TIMEOUT}s (BENCH_TIMEOUT)"
+  ((rc == 0)) || die "case ${NAMES[i]}: redis-benchmark failed (exit $rc): $out"
+  # --csv: a header line "test","rps",... then one line per test; rps is the 2nd field.
+  rps=$(printf '%s\n' "$out" | tr -d '\r' |
+    awk -F'","' '/^"/ && $1 != "\"test" { gsub(/"/, "", $2); if ($2 ~ /^[0-9.]+$/) r = $2 } END { print r }')
+  [[ -n $rps ]] || die "case ${NAMES[i]}: no requests/s in redis-benchmark output: $out"
+  read -r calls usec errs <<<"$(read_stat "${STATS[i]}")"
+  if ((errs > 0)) || ((calls < n)); then
+    log "WARNING: case ${NAMES[i]}: cmdstat_${STATS[i]} has calls=$calls (sent $n), errors=$errs"
+    ERRORS[i]=1
+    log "  one call gives: $(rcli "${words[@]//__rand_int__/1}" 2>&1 | tr '\n' ' ')"
+  fi
+  log "$(printf '%-18s %9d requests %12.1f requests/s %7.3f usec/call' "${NAMES[i]}" "$n" "$rps" "$usec")"
+  if awk -v a="$rps" -v b="${BEST_RPS[i]}" 'BEGIN { exit !(a > b) }'; then BEST_RPS[i]=$rps; fi
+  if [[ ${BEST_USEC[i]} == 0 ]] || awk -v a="$usec" -v b="${BEST_USEC[i]}" 'BEGIN { exit !(a < b) }'; then
+    BEST_USEC[i]=$usec
+  fi
+}
+
+for round in $(seq "$ROUNDS"); do
+  ((ROUNDS == 1)) || log "round $round of $ROUNDS"
+  for i in "${!NAMES[@]}"; do run_case "$i"; done
+done
+
+# ---------------------------------------------------------------------------------------
+# Memory: 1,000 requests in distinct milliseconds in one RL.SLIDE key, and the same 1,000
+# in a sorted-set log written the way bench/sliding_log.lua writes it.
+# ---------------------------------------------------------------------------------------
+MEM_REQS=1000
+base=$(date +%s%3N)
+allowed=$(for ((j = 0; j < MEM_REQS; j++)); do
+  echo "RL.SLIDE mem 100000 3600000 NOW $((base + j))"
+done | timeout 60 redis-cli -h 127.0.0.1 -p "$PORT" | awk 'NR % 5 == 1 && $0 == "1" { c++ } END { print c + 0 }')
+((allowed == MEM_REQS)) || die "memory: $allowed of $MEM_REQS RL.SLIDE requests were allowed"
+zadded=$(for ((j = 0; j < MEM_REQS; j++)); do
+  ms=$((base + j))
+  # Same member shape as the script: TIME seconds .. microseconds .. ':' .. random(1e9)
+  echo "ZADD zmem $ms $((ms / 1000))$((ms % 1000 * 1000 + RANDOM % 1000)):$(((RANDOM * 32768 + RANDOM) % 1000000000 + 1))"
+done | timeout 60 redis-cli -h 127.0.0.1 -p "$PORT" | awk '$0 == "1" { c++ } END { print c + 0 }')
+((zadded == MEM_REQS)) || die "memory: $zadded of $MEM_REQS ZADDs added a member"
+rcli PEXPIRE zmem 3600000 >/dev/null
+MEM_RL=$(rcli MEMORY USAGE mem SAMPLES 0)
+MEM_Z=$(rcli MEMORY USAGE zmem SAMPLES 0)
+ZENC=$(rcli OBJECT ENCODING zmem)
+
+# ---------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------
+display_cmd() { # index -> command as shown, scripts by file name
+  local c=${CMDS[$1]}
+  c=$(sed -E 's/@([A-Za-z0-9_.-]+)@/<\1.lua>/g' <<<"$c")
+  [[ -z ${OPTS[$1]} ]] || c="[${OPTS[$1]}] $c"
+  printf '%s' "$c"
+}
+
+BASE_RPS=${BEST_RPS[0]} BASE_USEC=${BEST_USEC[0]} BASE=${NAMES[0]}
+MISSES=()
+echo
+printf 'redis-benchmark -P %s -c %s, %s requests at 100%%%s; usec/call from INFO commandstats\n' \
+  "$PIPELINE" "$CLIENTS" "$N" "$( ((ROUNDS == 1)) || echo ", best of $ROUNDS rounds")"
+echo
+printf '%-17s %-68s %10s %8s %9s %8s  %s\n' case command requests/s "% $BASE" usec/call "x $BASE" "throughput vs"
+for i in "${!NAMES[@]}"; do
+  vs=-
+  if [[ -n ${VS[i]} ]]; then
+    j=${INDEX[${VS[i]}]}
+    x=$(awk -v a="${BEST_RPS[i]}" -v b="${BEST_RPS[j]}" 'BEGIN { printf "%.1f", (b > 0 ? a / b : 0) }')
+    vs="${x}x ${VS[i]}"
+    pct=$(awk -v a="${BEST_RPS[i]}" -v b="$BASE_RPS" 'BEGIN { printf "%.1f", (b > 0 ? 100 * a / b : 0) }')
+    if awk -v p="$pct" -v m="$MIN_PCT_OF_BASELINE" 'BEGIN { exit !(p < m) }'; then
+      MISSES+=("${NAMES[i]}: ${pct}% of $BASE throughput, target >= ${MIN_PCT_OF_BASELINE}%")
+    fi
+    if awk -v p="$x" -v m="$MIN_X_VS" 'BEGIN { exit !(p < m) }'; then
+      MISSES+=("${NAMES[i]}: ${x}x ${VS[i]}, target >= ${MIN_X_VS}x")
+    fi
+  fi
+  flag=
+  ((ERRORS[i] == 0)) || flag=" (ERRORS, see above)"
+  awk -v name="${NAMES[i]}" -v cmd="$(display_cmd "$i")" -v rps="${BEST_RPS[i]}" -v usec="${BEST_USEC[i]}" \
+    -v brps="$BASE_RPS" -v busec="$BASE_USEC" -v vs="$vs$flag" 'BEGIN {
+      printf "%-17s %-68s %10.0f %7.1f%% %9.3f %7.2fx  %s\n", name, cmd, rps,
+        (brps > 0 ? 100 * rps / brps : 0), usec, (busec > 0 ? usec / busec : 0), vs
+    }'
+done
+echo
+awk -v rl="$MEM_RL" -v z="$MEM_Z" -v n="$MEM_REQS" -v enc="$ZENC" 'BEGIN {
+  printf "memory, %d requests in distinct ms (MEMORY USAGE key SAMPLES 0):\n", n
+  printf "  %-30s %8d bytes %8.2f bytes/request\n", "RL.SLIDE key", rl, rl / n
+  printf "  %-30s %8d bytes %8.2f bytes/request  (%.1fx RL.SLIDE)\n", "sorted-set log (" enc ")", z, z / n, (rl > 0 ? z / rl : 0)
+}'
+if awk -v rl="$MEM_RL" -v n="$MEM_REQS" -v m="$MAX_BYTES_PER_REQ" 'BEGIN { exit !(rl / n > m) }'; then
+  MISSES+=("memory: $(awk -v rl="$MEM_RL" -v n="$MEM_REQS" 'BEGIN { printf "%.2f", rl / n }') bytes/request, target <= $MAX_BYTES_PER_REQ")
+fi
+echo
+if ((${#MISSES[@]} == 0)); then
+  echo "targets (>= ${MIN_PCT_OF_BASELINE}% of $BASE, >= ${MIN_X_VS}x Lua, <= ${MAX_BYTES_PER_REQ} bytes/request): all met"
+else
+  echo "targets (>= ${MIN_PCT_OF_BASELINE}% of $BASE, >= ${MIN_X_VS}x Lua, <= ${MAX_BYTES_PER_REQ} bytes/request): missed"
+  printf '  %s\n' "${MISSES[@]}"
+fi
+echo
+commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+git -C "$ROOT" diff --quiet HEAD 2>/dev/null || commit+=" (modified)"
+echo "produced by: ${ENV_USED}bench/bench.sh   (make bench)"
+echo "server:      redis-server $SERVER_VERSION ($(redis-server --version | sed -E 's/^Redis server //'))"
+echo "module:      $MODULE, commit $commit"
+echo "machine:     $(nproc) CPUs, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || uname -m), $(uname -sr); client and server on the same host"
+echo "load avg:    $LOAD_BEFORE before, $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown) after (1, 5, 15 min)"
+
+any_error=0
+for i in "${!NAMES[@]}"; do ((ERRORS[i] == 0)) || any_error=1; done
+((any_error == 0)) || die "some cases had errors: their figures are not valid"

@@ -1,0 +1,214 @@
+//! The few raw module-API calls the command path needs, each behind a safe function.
+//!
+//! Commands are registered and dispatched here rather than through the crate's `Context` /
+//! `Vec<RedisString>` path: on a call that costs well under a microsecond, retaining and
+//! freeing every argument and building a `Vec` of reply values were measurable.
+
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_longlong};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use redis_module::{raw, Context};
+
+use crate::algo::Decision;
+use crate::args::AsBytes;
+use crate::error::Error;
+use crate::stats::Counters;
+
+/// A command argument exactly as the client sent it; valid for the whole command call.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub struct Arg(*mut raw::RedisModuleString);
+
+impl Arg {
+    pub fn raw(self) -> *mut raw::RedisModuleString {
+        self.0
+    }
+}
+
+impl AsBytes for Arg {
+    fn as_bytes(&self) -> &[u8] {
+        let mut len = 0usize;
+        // SAFETY: the string is one of the command's arguments, alive until the command
+        // returns, and StringPtrLen gives a pointer to its `len` bytes.
+        unsafe {
+            let Some(ptr_len) = raw::RedisModule_StringPtrLen else {
+                return &[];
+            };
+            let p = ptr_len(self.0, &mut len);
+            if p.is_null() {
+                return &[];
+            }
+            std::slice::from_raw_parts(p.cast::<u8>(), len)
+        }
+    }
+}
+
+/// What a handler answers before it becomes a Redis reply.
+pub enum Reply {
+    Decision(Decision),
+    Nil,
+    Ok,
+}
+
+pub type Handler = fn(&Context, &[Arg]) -> Result<Reply, Error>;
+
+/// The body of every registered command: runs the handler so that a bug becomes an error
+/// reply and a log line instead of a crash, counts the outcome, and replies.
+///
+/// # Safety
+/// `ctx`, `argv` and `argc` must be what Redis passed to the command function.
+pub unsafe fn dispatch(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    name: &'static str,
+    counters: Option<&Counters>,
+    handler: Handler,
+) -> c_int {
+    let context = Context::new(ctx);
+    let args: &[Arg] = match usize::try_from(argc) {
+        // SAFETY: Redis passes `argc` valid string pointers; Arg is a transparent wrapper.
+        Ok(n) if !argv.is_null() => std::slice::from_raw_parts(argv.cast::<Arg>(), n),
+        _ => &[],
+    };
+    let outcome = catch_unwind(AssertUnwindSafe(|| handler(&context, args))).unwrap_or_else(|_| {
+        context.log_warning(&format!("ratelimit: internal error in {name}"));
+        Err(Error::Internal(name))
+    });
+    if let Some(c) = counters {
+        c.count(match &outcome {
+            Ok(Reply::Decision(d)) => Some(d.allowed),
+            Ok(_) => Some(true),
+            Err(_) => None,
+        });
+    }
+    match outcome {
+        Ok(Reply::Decision(d)) => {
+            raw::reply_with_array(ctx, 5);
+            for v in d.as_reply() {
+                raw::reply_with_long_long(ctx, v);
+            }
+        }
+        Ok(Reply::Nil) => {
+            raw::reply_with_null(ctx);
+        }
+        Ok(Reply::Ok) => {
+            raw::reply_with_simple_string(ctx, c"OK".as_ptr());
+        }
+        Err(Error::Arity) => {
+            if let Some(wrong_arity) = raw::RedisModule_WrongArity {
+                wrong_arity(ctx);
+            }
+        }
+        Err(e) => {
+            // Our messages never hold a NUL; should one ever, the reply is still an error.
+            let msg = std::ffi::CString::new(e.to_string())
+                .unwrap_or_else(|_| c"ERR invalid error message".to_owned());
+            raw::reply_with_error(ctx, msg.as_ptr());
+        }
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+/// Keywords used in replicated commands, created once at load and never freed.
+pub struct Keyword {
+    text: &'static CStr,
+    string: AtomicPtr<raw::RedisModuleString>,
+}
+
+impl Keyword {
+    pub const fn new(text: &'static CStr) -> Keyword {
+        Keyword {
+            text,
+            string: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
+    /// Creates the string; called from the module's load function.
+    pub fn init(&self) {
+        let bytes = self.text.to_bytes();
+        // SAFETY: a NULL context makes an unmanaged string, which this static keeps forever.
+        let s = unsafe {
+            raw::RedisModule_CreateString.map_or(std::ptr::null_mut(), |f| {
+                f(
+                    std::ptr::null_mut(),
+                    bytes.as_ptr().cast::<c_char>(),
+                    bytes.len(),
+                )
+            })
+        };
+        self.string.store(s, Ordering::Relaxed);
+    }
+
+    pub fn raw(&self) -> *mut raw::RedisModuleString {
+        self.string.load(Ordering::Relaxed)
+    }
+}
+
+pub static COST: Keyword = Keyword::new(c"COST");
+pub static NOW: Keyword = Keyword::new(c"NOW");
+
+/// Propagates `command args... COST cost NOW at` to replicas and the AOF: the effect of a
+/// decision, with the exact time it was taken at. Redis takes its own references to `args`
+/// (strings the client sent) and makes the numbers itself, often as shared integers.
+pub fn replicate_at(ctx: &Context, command: &CStr, args: &[Arg], cost: u64, at: u64) {
+    let (cost_kw, now_kw) = (COST.raw(), NOW.raw());
+    if cost_kw.is_null() || now_kw.is_null() {
+        ctx.log_warning("ratelimit: keywords missing; change not replicated");
+        return;
+    }
+    let as_ll = |v: u64| c_longlong::try_from(v).unwrap_or(c_longlong::MAX);
+    // SAFETY: "vslsl" takes (array of live strings, its length), a string, a long long, a
+    // string, a long long; Arg is a transparent wrapper of a string pointer.
+    unsafe {
+        if let Some(rep) = raw::RedisModule_Replicate {
+            rep(
+                ctx.ctx,
+                command.as_ptr(),
+                c"vslsl".as_ptr(),
+                args.as_ptr(),
+                args.len(),
+                cost_kw,
+                as_ll(cost),
+                now_kw,
+                as_ll(at),
+            );
+        }
+    }
+}
+
+/// Registers one command and its optional ACL categories (7.2+; skipped where the server
+/// has no ACL category API).
+pub fn create_command(
+    ctx: &Context,
+    name: &CStr,
+    func: raw::RedisModuleCmdFunc,
+    flags: &CStr,
+    acl: &CStr,
+) -> bool {
+    // SAFETY: called from OnLoad with the module's context; all strings are C strings.
+    unsafe {
+        let Some(create) = raw::RedisModule_CreateCommand else {
+            return false;
+        };
+        if create(ctx.ctx, name.as_ptr(), func, flags.as_ptr(), 1, 1, 1)
+            != raw::REDISMODULE_OK as c_int
+        {
+            return false;
+        }
+        if let (Some(get), Some(set_acl)) = (
+            raw::RedisModule_GetCommand,
+            raw::RedisModule_SetCommandACLCategories,
+        ) {
+            let command = get(ctx.ctx, name.as_ptr());
+            if command.is_null() || set_acl(command, acl.as_ptr()) != raw::REDISMODULE_OK as c_int {
+                ctx.log_warning(&format!(
+                    "ratelimit: could not set ACL categories of {name:?}"
+                ));
+            }
+        }
+    }
+    true
+}

@@ -36,6 +36,10 @@ set -euo pipefail
 CASES=(
   # name              | stat     | vs                | n%  | opts      | command
   "incr               | incr     |                   | 100 |           | INCR counter"
+  # Reference only: INCR creating keys too, for the random-key cases below.
+  "incr-100k-keys     | incr     |                   | 100 | -r 100000 | INCR c:__rand_int__"
+  # Reference only: the module's dispatch floor, a command that finds no key.
+  "peek-missing       | rl.peek  |                   | 100 |           | RL.PEEK missing"
   "slide-hot-refuse   | rl.slide | lua-hot-refuse    | 100 |           | RL.SLIDE hot 100 60000"
   "slide-hot-allow    | rl.slide | lua-hot-allow     | 100 |           | RL.SLIDE hotall 4000000000 1000"
   "slide-100k-keys    | rl.slide | lua-100k-keys     | 100 | -r 100000 | RL.SLIDE k:__rand_int__ 100 60000"
@@ -259,6 +263,8 @@ done | timeout 60 redis-cli -h 127.0.0.1 -p "$PORT" | awk '$0 == "1" { c++ } END
 ((zadded == MEM_REQS)) || die "memory: $zadded of $MEM_REQS ZADDs added a member"
 rcli PEXPIRE zmem 3600000 >/dev/null
 MEM_RL=$(rcli MEMORY USAGE mem SAMPLES 0)
+rcli RL.SLIDE mem:one 100 60000 >/dev/null
+MEM_ONE=$(rcli MEMORY USAGE mem:one SAMPLES 0)
 MEM_Z=$(rcli MEMORY USAGE zmem SAMPLES 0)
 ZENC=$(rcli OBJECT ENCODING zmem)
 
@@ -302,10 +308,11 @@ for i in "${!NAMES[@]}"; do
     }'
 done
 echo
-awk -v rl="$MEM_RL" -v z="$MEM_Z" -v n="$MEM_REQS" -v enc="$ZENC" 'BEGIN {
+awk -v rl="$MEM_RL" -v z="$MEM_Z" -v n="$MEM_REQS" -v enc="$ZENC" -v one="$MEM_ONE" 'BEGIN {
   printf "memory, %d requests in distinct ms (MEMORY USAGE key SAMPLES 0):\n", n
   printf "  %-30s %8d bytes %8.2f bytes/request\n", "RL.SLIDE key", rl, rl / n
   printf "  %-30s %8d bytes %8.2f bytes/request  (%.1fx RL.SLIDE)\n", "sorted-set log (" enc ")", z, z / n, (rl > 0 ? z / rl : 0)
+  printf "  %-30s %8d bytes (key, value and one record)\n", "RL.SLIDE key, 1 request", one
 }'
 if awk -v rl="$MEM_RL" -v n="$MEM_REQS" -v m="$MAX_BYTES_PER_REQ" 'BEGIN { exit !(rl / n > m) }'; then
   MISSES+=("memory: $(awk -v rl="$MEM_RL" -v n="$MEM_REQS" 'BEGIN { printf "%.2f", rl / n }') bytes/request, target <= $MAX_BYTES_PER_REQ")

@@ -57,36 +57,29 @@ pub fn slide(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
     let cost = req.options.cost;
     let now = clock(req.options.now);
     let mut key = Key::open(ctx, name, true);
-    let mut expiring_at = None;
-    let (decision, changed) = match key.limiter()? {
-        Some(Limiter::Slide(log)) => {
-            expiring_at = log.empty_at();
-            let d = log.acquire(now, windows, cost);
-            let changed = cost > 0
-                && (d.allowed || (applying_decided(ctx) && log.record(now, windows, cost)));
-            (d, changed)
-        }
+    // A missing key gets a fresh log, stored only if this call changes it.
+    let mut fresh = None;
+    let log = match key.limiter()? {
+        Some(Limiter::Slide(log)) => log,
         #[allow(unreachable_patterns)] // reached once the other algorithms exist
         Some(other) => return Err(other_kind(other, Kind::Slide)),
-        None => {
-            let mut log = SlidingLog::new(windows);
-            let d = log.acquire(now, windows, cost);
-            let changed = cost > 0
-                && (d.allowed || (applying_decided(ctx) && log.record(now, windows, cost)));
-            if changed {
-                key.set(Limiter::Slide(log))?;
-            }
-            (d, changed)
-        }
+        None => fresh.insert(SlidingLog::new(windows)),
     };
-    if changed {
-        if let Some((at, empty_at)) = key.limiter()?.map(|l| (l.latest(), l.empty_at())) {
-            settle(&key, empty_at, expiring_at);
-            // The key and the pairs exactly as the client sent them (validated above).
-            let positional = args.get(1..2 + 2 * windows.len()).unwrap_or_default();
-            api::replicate_at(ctx, c"RL.SLIDE", positional, cost, at);
-        }
+    let expiring_at = log.empty_at();
+    let decision = log.acquire(now, windows, cost);
+    let changed =
+        cost > 0 && (decision.allowed || (applying_decided(ctx) && log.record(now, windows, cost)));
+    if !changed {
+        return Ok(Reply::Decision(decision));
     }
+    let (at, empty_at) = (log.latest(), log.empty_at());
+    if let Some(log) = fresh {
+        key.set(Limiter::Slide(log))?;
+    }
+    settle(&key, empty_at, expiring_at);
+    // The key and the pairs exactly as the client sent them (validated above).
+    let positional = args.get(1..2 + 2 * windows.len()).unwrap_or_default();
+    api::replicate_at(ctx, c"RL.SLIDE", positional, cost, at);
     Ok(Reply::Decision(decision))
 }
 

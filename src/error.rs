@@ -2,15 +2,13 @@
 
 use std::fmt;
 
-use redis_module::RedisError;
-
 use crate::value::Kind;
 
 /// An error reply. Refusing a request is not an error; these are for bad input, keys of the
 /// wrong type and failures of the module itself.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Error {
-    /// Wrong number of arguments: Redis's own message.
+    /// Wrong number of arguments: replied with Redis's own message, which names the command.
     Arity,
     /// `arg` is not an integer in `min..=max`.
     Range {
@@ -33,6 +31,8 @@ pub enum Error {
     BadPayload(&'static str),
     /// A bug: caught instead of crashing the server.
     Internal(&'static str),
+    /// The server lacks a module API function the command needs.
+    MissingApi(&'static str),
 }
 
 impl fmt::Display for Error {
@@ -58,19 +58,16 @@ impl fmt::Display for Error {
                 held.command()
             ),
             Error::BadPayload(why) => write!(f, "ERR invalid limiter payload: {why}"),
-            Error::Internal(cmd) => {
-                write!(f, "ERR internal error in {cmd} (details in the server log)")
+            Error::Internal(what) => {
+                write!(
+                    f,
+                    "ERR internal error in {what} (details in the server log)"
+                )
             }
-        }
-    }
-}
-
-impl From<Error> for RedisError {
-    fn from(e: Error) -> Self {
-        match e {
-            // Redis formats this one itself, naming the command.
-            Error::Arity => RedisError::WrongArity,
-            other => RedisError::String(other.to_string()),
+            Error::MissingApi(name) => write!(
+                f,
+                "ERR this server does not provide RedisModule_{name}, which ratelimit needs"
+            ),
         }
     }
 }

@@ -5,9 +5,8 @@ use std::os::raw::c_int;
 
 use redis_module::{raw, Context};
 
-use crate::api::Arg;
-
 use crate::algo::Millis;
+use crate::api::Arg;
 use crate::datatype::LIMITER_TYPE;
 use crate::error::Error;
 use crate::value::Limiter;
@@ -46,18 +45,19 @@ impl<'a> Key<'a> {
         // created by `set` or by the type's load/copy callbacks.
         unsafe {
             let key_type = raw::KeyType::from(raw::RedisModule_KeyType
-                .ok_or(Error::Internal("KeyType"))?(
+                .ok_or(Error::MissingApi("KeyType"))?(
                 self.key
             ));
             match key_type {
                 raw::KeyType::Empty => Ok(None),
                 raw::KeyType::Module
-                    if raw::RedisModule_ModuleTypeGetType.ok_or(Error::Internal("GetType"))?(
-                        self.key,
+                    if raw::RedisModule_ModuleTypeGetType
+                        .ok_or(Error::MissingApi("ModuleTypeGetType"))?(
+                        self.key
                     ) == *LIMITER_TYPE.raw_type.borrow() =>
                 {
                     let value = raw::RedisModule_ModuleTypeGetValue
-                        .ok_or(Error::Internal("GetValue"))?(
+                        .ok_or(Error::MissingApi("ModuleTypeGetValue"))?(
                         self.key
                     )
                     .cast::<Limiter>();
@@ -70,8 +70,8 @@ impl<'a> Key<'a> {
 
     /// Stores `limiter`, replacing (and freeing) any previous limiter. Redis drops the TTL.
     pub fn set(&self, limiter: Limiter) -> Result<(), Error> {
-        let set_value =
-            unsafe { raw::RedisModule_ModuleTypeSetValue }.ok_or(Error::Internal("SetValue"))?;
+        let set_value = unsafe { raw::RedisModule_ModuleTypeSetValue }
+            .ok_or(Error::MissingApi("ModuleTypeSetValue"))?;
         let value = Box::into_raw(Box::new(limiter));
         // SAFETY: the key is open for writing; on success Redis owns the box and frees it
         // through the type's free callback.
@@ -81,7 +81,7 @@ impl<'a> Key<'a> {
         } else {
             // SAFETY: Redis refused the value, so it is still ours to free.
             drop(unsafe { Box::from_raw(value) });
-            Err(Error::WrongType)
+            Err(Error::Internal("storing the limiter"))
         }
     }
 

@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{digest, err, int, rl, run, server, text, unix_ms, wait_until, Server};
+use common::{
+    digest, err, int, rl, run, server, slide_in_multi_and_lua, text, unix_ms, wait_until, Server,
+};
 use redis::Value;
 use rstest::rstest;
 
@@ -243,27 +245,10 @@ fn wrong_type_is_refused_and_untouched(server: Server) {
 #[rstest]
 fn works_in_transactions_and_scripts(server: Server) {
     let mut c = server.conn();
-    let replies: Vec<Vec<i64>> = redis::pipe()
-        .atomic()
-        .cmd("RL.SLIDE")
-        .arg("tx")
-        .arg(1)
-        .arg(60000)
-        .cmd("RL.SLIDE")
-        .arg("tx")
-        .arg(1)
-        .arg(60000)
-        .query(&mut c)
-        .unwrap();
-    assert_eq!(replies[0][0], 1);
-    assert_eq!(replies[1][0], 0);
-    let v: Vec<i64> = redis::cmd("EVAL")
-        .arg("return redis.call('RL.SLIDE', KEYS[1], 1, 60000)")
-        .arg(1)
-        .arg("lua")
-        .query(&mut c)
-        .unwrap();
-    assert_eq!(v, vec![1, 1, 0, 0, 60000]);
+    let (multi, lua) = slide_in_multi_and_lua(&mut c);
+    assert_eq!(multi[0][0], 1);
+    assert_eq!(multi[1][0], 0);
+    assert_eq!(lua, vec![1, 3, 2, 0, 60000]);
 }
 
 #[rstest]

@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{dataset_digest, digest, int, rl, run, text, unix_ms, wait_until, Server};
+use common::{
+    dataset_digest, digest, int, rl, run, slide_in_multi_and_lua, text, unix_ms, wait_until, Server,
+};
 use redis::{Connection, Value};
 use rstest::rstest;
 
@@ -34,24 +36,7 @@ fn replica_follows_a_burst_of_mixed_calls() {
         run(&mut p, &line.split(' ').collect::<Vec<_>>()).unwrap();
     }
     // A transaction and a script replicate their effects too.
-    let _: Value = redis::pipe()
-        .atomic()
-        .cmd("RL.SLIDE")
-        .arg("tx")
-        .arg(1)
-        .arg(60000)
-        .cmd("RL.SLIDE")
-        .arg("tx")
-        .arg(1)
-        .arg(60000)
-        .query(&mut p)
-        .unwrap();
-    let _: Value = redis::cmd("EVAL")
-        .arg("return redis.call('RL.SLIDE', KEYS[1], 3, 60000)")
-        .arg(1)
-        .arg("lua")
-        .query(&mut p)
-        .unwrap();
+    slide_in_multi_and_lua(&mut p);
     sync(&mut p);
     assert_eq!(dataset_digest(&mut r), dataset_digest(&mut p));
     for i in 0..7 {

@@ -288,3 +288,21 @@ pub fn digest(c: &mut Connection, key: &str) -> String {
 pub fn dataset_digest(c: &mut Connection) -> String {
     text(c, &["DEBUG", "DIGEST"])
 }
+
+/// Two `RL.SLIDE tx 1 60000` in one MULTI/EXEC and one `RL.SLIDE lua 3 60000` from a Lua
+/// script: their replies.
+pub fn slide_in_multi_and_lua(c: &mut Connection) -> (Vec<Vec<i64>>, Vec<i64>) {
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for _ in 0..2 {
+        pipe.cmd("RL.SLIDE").arg("tx").arg(1).arg(60000);
+    }
+    let multi: Vec<Vec<i64>> = pipe.query(c).expect("MULTI/EXEC");
+    let lua: Vec<i64> = redis::cmd("EVAL")
+        .arg("return redis.call('RL.SLIDE', KEYS[1], 3, 60000)")
+        .arg(1)
+        .arg("lua")
+        .query(c)
+        .expect("EVAL");
+    (multi, lua)
+}

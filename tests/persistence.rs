@@ -245,3 +245,44 @@ fn loads_the_committed_version_1_rdb() {
         [0, 5, 0, 400, 59650]
     );
 }
+
+/// An AOF holds decisions already taken: loading it applies every recorded call, even where
+/// deciding again (here: three requests against a limit of 1) would refuse some.
+#[rstest]
+fn aof_loading_applies_decisions_without_deciding_again() {
+    let t = unix_ms();
+    let mut aof = Vec::new();
+    for _ in 0..3 {
+        let now = t.to_string();
+        let words = [
+            "RL.SLIDE",
+            "k",
+            "1",
+            "60000",
+            "COST",
+            "1",
+            "NOW",
+            now.as_str(),
+        ];
+        aof.extend(format!("*{}\r\n", words.len()).bytes());
+        for w in words {
+            aof.extend(format!("${}\r\n{w}\r\n", w.len()).bytes());
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("rl-aof-{}-{t}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("appendonly.aof");
+    std::fs::write(&file, aof).unwrap();
+    // A legacy single-file AOF is loaded (and upgraded) at start.
+    let server = Server::start_with_files(
+        &[(file.to_str().unwrap(), "appendonly.aof")],
+        &["--appendonly", "yes"],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut c = server.conn();
+    assert_eq!(
+        rl(&mut c, &format!("RL.PEEK k NOW {t}")),
+        [0, 1, 0, 60000, 60000]
+    );
+    assert_eq!(int(&mut c, &["PEXPIRETIME", "k"]), (t + 60000) as i64);
+}

@@ -2,6 +2,7 @@
 //! [`Decision`]. Nothing in here knows about Redis, reads a clock or allocates through the
 //! Redis allocator, so every algorithm is unit-tested on a fake clock.
 
+pub mod gcra;
 pub mod slide;
 
 /// Milliseconds since the Unix epoch. Every algorithm is handed one; none reads a clock.
@@ -50,7 +51,8 @@ pub struct Decision {
     pub limit: u64,
     /// Units still available right now, after this call.
     pub remaining: u64,
-    /// When refused, how long until the same request would be allowed.
+    /// Refused: how long until the same request would be allowed. Allowed: how long the
+    /// caller must wait before acting (only a scheduler, `RL.LEAKY`, makes callers wait).
     pub retry_after: Wait,
     /// Time until the limiter is back to empty if nothing else arrives.
     pub reset_after_ms: u64,
@@ -64,11 +66,7 @@ impl Decision {
             i64::from(self.allowed),
             clamp(self.limit),
             clamp(self.remaining),
-            if self.allowed {
-                0
-            } else {
-                self.retry_after.as_reply()
-            },
+            self.retry_after.as_reply(),
             clamp(self.reset_after_ms),
         ]
     }

@@ -1,0 +1,537 @@
+//! One integer core for `RL.TOKEN` (token bucket) and `RL.LEAKY` (leaky bucket that
+//! schedules): the generic cell rate algorithm.
+//!
+//! `limit` units flow per `window_ms`, so one unit every `T = window_ms / limit` ms. To keep
+//! every rate exact (1 per day up to 1,000,000 per second and beyond) without floats, time is
+//! counted in *ticks* of `1/limit` ms: then `T` is exactly `window_ms` ticks.
+//!
+//! The state is the *debt*: how far, in ticks, the theoretical arrival time runs ahead of the
+//! latest time seen. A request of `cost` units at a debt `D` needs `D + cost·T`; the bucket
+//! holds `burst·T`, and a request may wait up to `max_delay`. So it is
+//! - allowed at once when `D + cost·T <= burst·T` (the token bucket: `max_delay` is 0);
+//! - allowed after a delay of `D + cost·T - burst·T` while that is at most `max_delay` (the
+//!   leaky bucket as a scheduler: the caller waits that long, then acts);
+//! - refused otherwise, and then it changes nothing.
+//!
+//! Invariants: the parameters are within the ranges below, so that `burst·T + max_delay` in
+//! ticks, and hence every debt, fits in a `u64` (the arithmetic itself is done in `u128`).
+
+use super::{Decision, Millis, Wait, MAX_TIMESTAMP};
+
+/// The largest limit and burst: keeps `burst·T + max_delay` within 64 bits.
+pub const MAX_RATE_LIMIT: u64 = (1 << 31) - 1;
+/// The longest window and the longest MAXDELAY: 31 days.
+pub const MAX_WINDOW_MS: u64 = 31 * 24 * 3600 * 1000;
+
+/// The parameters of one call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Params {
+    /// Units per window.
+    pub limit: u64,
+    pub window_ms: u64,
+    /// Units that may go at once, without spacing.
+    pub burst: u64,
+    /// The longest delay a request may be given (0 for a token bucket).
+    pub max_delay_ms: u64,
+}
+
+impl Params {
+    /// Whether every field is within the ranges the commands accept.
+    pub fn valid(&self) -> bool {
+        (1..=MAX_RATE_LIMIT).contains(&self.limit)
+            && (1..=MAX_WINDOW_MS).contains(&self.window_ms)
+            && (1..=MAX_RATE_LIMIT).contains(&self.burst)
+            && self.max_delay_ms <= MAX_WINDOW_MS
+    }
+
+    /// One unit's interval, in ticks.
+    fn t(&self) -> u128 {
+        u128::from(self.window_ms)
+    }
+
+    /// The most debt a request may leave: the burst plus the longest delay, in ticks.
+    fn capacity(&self) -> u128 {
+        u128::from(self.burst) * self.t() + u128::from(self.max_delay_ms) * self.ticks_per_ms()
+    }
+
+    fn ticks_per_ms(&self) -> u128 {
+        u128::from(self.limit)
+    }
+
+    /// `ticks` as whole milliseconds, rounded up: never tells a caller to act too early.
+    fn ms_ceil(&self, ticks: u128) -> u64 {
+        u64::try_from(ticks.div_ceil(self.ticks_per_ms())).unwrap_or(u64::MAX)
+    }
+}
+
+/// The state of one bucket: 32 bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gcra {
+    limit: u32,
+    window_ms: u32,
+    burst: u32,
+    max_delay_ms: u32,
+    latest: Millis,
+    /// Ticks (of `1/limit` ms) by which the theoretical arrival time is ahead of `latest`.
+    debt: u64,
+}
+
+/// Why a persisted bucket was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Corrupt(pub &'static str);
+
+impl Gcra {
+    /// An empty (full, for a token bucket) bucket with `p` as its parameters.
+    pub fn new(p: &Params) -> Gcra {
+        Gcra {
+            // The ranges are checked when arguments are parsed; the casts cannot truncate.
+            limit: p.limit as u32,
+            window_ms: p.window_ms as u32,
+            burst: p.burst as u32,
+            max_delay_ms: p.max_delay_ms as u32,
+            latest: 0,
+            debt: 0,
+        }
+    }
+
+    /// Rebuilds a bucket from its persisted parts, checking every invariant.
+    pub fn from_parts(p: Params, latest: Millis, debt: u64) -> Result<Gcra, Corrupt> {
+        if !p.valid() {
+            return Err(Corrupt("parameters out of range"));
+        }
+        if latest > MAX_TIMESTAMP {
+            return Err(Corrupt("time out of range"));
+        }
+        Ok(Gcra {
+            latest,
+            debt,
+            ..Gcra::new(&p)
+        })
+    }
+
+    /// The parameters the bucket last recorded under.
+    pub fn params(&self) -> Params {
+        Params {
+            limit: u64::from(self.limit),
+            window_ms: u64::from(self.window_ms),
+            burst: u64::from(self.burst),
+            max_delay_ms: u64::from(self.max_delay_ms),
+        }
+    }
+
+    pub fn latest(&self) -> Millis {
+        self.latest
+    }
+
+    pub fn debt(&self) -> u64 {
+        self.debt
+    }
+
+    /// When the bucket is back to empty if nothing else arrives; `None` when it already is.
+    pub fn empty_at(&self) -> Option<Millis> {
+        (self.debt > 0).then(|| self.latest + self.params().ms_ceil(u128::from(self.debt)))
+    }
+
+    /// Asks for `cost` units at `now` under `p`, and books them when allowed.
+    pub fn acquire(&mut self, now: Millis, p: &Params, cost: u64) -> Decision {
+        let decision = self.evaluate(now, p, cost);
+        if decision.allowed && cost > 0 {
+            self.record(now, p, cost);
+        }
+        decision
+    }
+
+    /// The answer to `cost` units at `now` under `p`, changing nothing.
+    pub fn evaluate(&self, now: Millis, p: &Params, cost: u64) -> Decision {
+        let now = now.max(self.latest);
+        let debt = self.debt_at(now, p);
+        let need = debt + u128::from(cost) * p.t();
+        let capacity = p.capacity();
+        let allowed = need <= capacity;
+        let after = if allowed { need } else { debt };
+        let burst_ticks = u128::from(p.burst) * p.t();
+        let retry_after = if allowed {
+            // A `COST 0` call books nothing, so nothing waits.
+            match need.saturating_sub(burst_ticks) {
+                _ if cost == 0 => Wait::None,
+                0 => Wait::None,
+                delay => Wait::Ms(p.ms_ceil(delay)),
+            }
+        } else if u128::from(cost) * p.t() > capacity {
+            Wait::Never
+        } else {
+            Wait::Ms(p.ms_ceil(need - capacity))
+        };
+        Decision {
+            allowed,
+            limit: clamp(capacity / p.t()),
+            remaining: clamp((capacity - after.min(capacity)) / p.t()),
+            retry_after,
+            reset_after_ms: p.ms_ceil(after),
+        }
+    }
+
+    /// Books `cost` units at `now` under `p` without checking: the effect of a decision taken
+    /// already. Returns false, changing nothing, for parameters out of range.
+    pub fn record(&mut self, now: Millis, p: &Params, cost: u64) -> bool {
+        if !p.valid() || now > MAX_TIMESTAMP {
+            return false;
+        }
+        let now = now.max(self.latest);
+        let need = self.debt_at(now, p) + u128::from(cost) * p.t();
+        *self = Gcra {
+            latest: now,
+            debt: u64::try_from(need).unwrap_or(u64::MAX),
+            ..Gcra::new(p)
+        };
+        true
+    }
+
+    /// Gives back `units` (the most recent bookings first), never below empty, and answers
+    /// like [`Gcra::peek`].
+    pub fn refund(&mut self, now: Millis, units: u64) -> Decision {
+        let now = now.max(self.latest);
+        let p = self.params();
+        let debt = self
+            .debt_at(now, &p)
+            .saturating_sub(u128::from(units) * p.t());
+        self.latest = now;
+        self.debt = u64::try_from(debt).unwrap_or(u64::MAX);
+        self.peek(now)
+    }
+
+    /// The answer to a `COST 0` call under the stored parameters.
+    pub fn peek(&self, now: Millis) -> Decision {
+        self.evaluate(now, &self.params(), 0)
+    }
+
+    /// The debt at `now` (at least `latest`), in ticks of `p`. When `p` differs from the
+    /// stored parameters, the units owed carry over and are re-timed at the new rate
+    /// (rounded up, so a change never hands out a fraction of a unit for free).
+    fn debt_at(&self, now: Millis, p: &Params) -> u128 {
+        let old = self.params();
+        let elapsed = u128::from(now - self.latest) * old.ticks_per_ms();
+        let debt = u128::from(self.debt).saturating_sub(elapsed);
+        if old.window_ms == p.window_ms {
+            debt
+        } else {
+            (debt * p.t()).div_ceil(old.t())
+        }
+    }
+}
+
+fn clamp(v: u128) -> u64 {
+    u64::try_from(v).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const T0: Millis = 1_700_000_000_000;
+
+    fn token(limit: u64, window_ms: u64, burst: u64) -> Params {
+        Params {
+            limit,
+            window_ms,
+            burst,
+            max_delay_ms: 0,
+        }
+    }
+
+    fn leaky(limit: u64, window_ms: u64, burst: u64, max_delay_ms: u64) -> Params {
+        Params {
+            limit,
+            window_ms,
+            burst,
+            max_delay_ms,
+        }
+    }
+
+    /// The obviously-correct model: a balance of units, scaled by `window_ms` so that it
+    /// refills by exactly `limit` each millisecond, capped at the burst. A booking takes its
+    /// units from the balance, which may go negative (for a scheduler); the delay is how
+    /// long the balance needs to climb back to zero. Waits are found by trying each
+    /// millisecond in turn.
+    #[derive(Clone)]
+    struct Naive {
+        balance: i128,
+        at: Millis,
+    }
+
+    impl Naive {
+        fn new(p: &Params) -> Naive {
+            Naive {
+                balance: i128::from(p.burst * p.window_ms),
+                at: 0,
+            }
+        }
+
+        fn advance(&mut self, now: Millis, p: &Params) {
+            let now = now.max(self.at);
+            let cap = i128::from(p.burst * p.window_ms);
+            self.balance =
+                (self.balance + i128::from(now - self.at) * i128::from(p.limit)).min(cap);
+            self.at = now;
+        }
+
+        /// The delay (ms) a booking of `cost` would get at the current time.
+        fn delay(&self, p: &Params, cost: u64) -> i128 {
+            let short = i128::from(cost * p.window_ms) - self.balance;
+            if short <= 0 {
+                0
+            } else {
+                (short + i128::from(p.limit) - 1) / i128::from(p.limit)
+            }
+        }
+
+        /// Only a call that books units moves the model's clock: one that changes nothing
+        /// leaves no trace, as in the real limiter.
+        fn acquire(&mut self, now: Millis, p: &Params, cost: u64) -> (bool, u64, Wait) {
+            let mut this = self.clone();
+            this.advance(now, p);
+            let delay = this.delay(p, cost);
+            let fits = |n: &Naive| n.delay(p, cost) <= i128::from(p.max_delay_ms);
+            if fits(&this) {
+                this.balance -= i128::from(cost * p.window_ms);
+                let wait = if delay == 0 || cost == 0 {
+                    Wait::None
+                } else {
+                    Wait::Ms(delay as u64)
+                };
+                let remaining = this.remaining(p);
+                if cost > 0 {
+                    *self = this;
+                }
+                return (true, remaining, wait);
+            }
+            // Can it ever fit? Only if a full bucket would take it.
+            let mut full = this.clone();
+            full.balance = i128::from(p.burst * p.window_ms);
+            if !fits(&full) {
+                return (false, this.remaining(p), Wait::Never);
+            }
+            let mut probe = this.clone();
+            let mut ms = 0;
+            while !fits(&probe) {
+                ms += 1;
+                probe.advance(this.at + ms, p);
+            }
+            (false, this.remaining(p), Wait::Ms(ms))
+        }
+
+        /// How many more single-unit bookings fit right now, one after another.
+        fn remaining(&self, p: &Params) -> u64 {
+            let mut probe = self.clone();
+            let mut n = 0;
+            while probe.delay(p, 1) <= i128::from(p.max_delay_ms) {
+                probe.balance -= i128::from(p.window_ms);
+                n += 1;
+            }
+            n
+        }
+    }
+
+    fn run_table(p: &Params, rows: &[(u64, u64, [i64; 5])]) {
+        let mut g = Gcra::new(p);
+        for (i, (t, cost, want)) in rows.iter().enumerate() {
+            let got = g.acquire(T0 + t, p, *cost).as_reply();
+            assert_eq!(&got, want, "row {i} at +{t}ms cost {cost}");
+        }
+    }
+
+    #[test]
+    fn readme_leaky_four_per_second() {
+        // Four bookings at one instant leave 250 ms apart (MAXDELAY defaults to the window).
+        let p = leaky(4, 1000, 1, 1000);
+        run_table(
+            &p,
+            &[
+                (0, 1, [1, 5, 4, 0, 250]),
+                (0, 1, [1, 5, 3, 250, 500]),
+                (0, 1, [1, 5, 2, 500, 750]),
+                (0, 1, [1, 5, 1, 750, 1000]),
+            ],
+        );
+        // A fifth that may wait at most 500 ms would wait 1000: refused, retry in 500 ms.
+        let mut g = Gcra::new(&p);
+        for _ in 0..4 {
+            g.acquire(T0, &p, 1);
+        }
+        let short = leaky(4, 1000, 1, 500);
+        assert_eq!(g.acquire(T0, &short, 1).as_reply(), [0, 3, 0, 500, 1000]);
+        assert_eq!(
+            g.acquire(T0 + 500, &short, 1).as_reply(),
+            [1, 3, 0, 500, 750]
+        );
+    }
+
+    #[test]
+    fn readme_token_120_per_minute() {
+        // 120 per 60 s is 2 per second after the burst: one token every 500 ms.
+        let p = token(120, 60_000, 120);
+        let mut g = Gcra::new(&p);
+        for _ in 0..120 {
+            assert!(g.acquire(T0, &p, 1).allowed);
+        }
+        assert_eq!(g.acquire(T0, &p, 1).as_reply(), [0, 120, 0, 500, 60_000]);
+        assert_eq!(
+            g.acquire(T0 + 499, &p, 1).as_reply(),
+            [0, 120, 0, 1, 59_501]
+        );
+        assert_eq!(
+            g.acquire(T0 + 500, &p, 1).as_reply(),
+            [1, 120, 0, 0, 60_000]
+        );
+        assert_eq!(
+            g.acquire(T0 + 2000, &p, 1).as_reply(),
+            [1, 120, 2, 0, 59_000]
+        );
+    }
+
+    #[test]
+    fn rate_extremes_are_exact() {
+        // One per day.
+        let day = token(1, 86_400_000, 1);
+        run_table(
+            &day,
+            &[
+                (0, 1, [1, 1, 0, 0, 86_400_000]),
+                (1, 1, [0, 1, 0, 86_399_999, 86_399_999]),
+                (86_400_000, 1, [1, 1, 0, 0, 86_400_000]),
+            ],
+        );
+        // A million per second: a thousand per millisecond, exactly.
+        let fast = token(1_000_000, 1000, 1000);
+        let mut g = Gcra::new(&fast);
+        assert!(g.acquire(T0, &fast, 1000).allowed);
+        assert_eq!(g.acquire(T0, &fast, 1).as_reply(), [0, 1000, 0, 1, 1]);
+        assert_eq!(
+            g.acquire(T0 + 1, &fast, 1000).as_reply(),
+            [1, 1000, 0, 0, 1]
+        );
+        // Three per second, polled every millisecond once the burst is used: thirds of a
+        // millisecond are kept, not rounded away.
+        let third = token(3, 1000, 3);
+        let mut g = Gcra::new(&third);
+        assert!(g.acquire(T0, &third, 3).allowed);
+        let allowed_at: Vec<u64> = (1..=2000)
+            .filter(|ms| g.acquire(T0 + ms, &third, 1).allowed)
+            .collect();
+        assert_eq!(allowed_at, vec![334, 667, 1000, 1334, 1667, 2000]);
+    }
+
+    #[test]
+    fn cost_beyond_what_can_ever_fit() {
+        run_table(&token(10, 1000, 5), &[(0, 6, [0, 5, 5, -1, 0])]);
+        // A scheduler can take more than its burst when MAXDELAY leaves room for it.
+        run_table(
+            &leaky(10, 1000, 1, 500),
+            &[(0, 6, [1, 6, 0, 500, 600]), (0, 7, [0, 6, 0, -1, 600])],
+        );
+    }
+
+    #[test]
+    fn refund_gives_back_the_latest_bookings() {
+        let p = leaky(4, 1000, 1, 1000);
+        let mut g = Gcra::new(&p);
+        for _ in 0..4 {
+            g.acquire(T0, &p, 1);
+        }
+        assert_eq!(g.refund(T0, 2).as_reply(), [1, 5, 3, 0, 500]);
+        assert_eq!(g.acquire(T0, &p, 1).as_reply(), [1, 5, 2, 500, 750]);
+        assert_eq!(g.refund(T0 + 100, 100).as_reply(), [1, 5, 5, 0, 0]);
+        assert_eq!(g.empty_at(), None);
+    }
+
+    #[test]
+    fn time_never_runs_backwards() {
+        let p = token(2, 1000, 2);
+        let mut g = Gcra::new(&p);
+        g.acquire(T0 + 500, &p, 2);
+        assert_eq!(g.acquire(T0, &p, 1).as_reply(), [0, 2, 0, 500, 1000]);
+        assert_eq!(g.latest(), T0 + 500);
+    }
+
+    #[test]
+    fn raising_the_rate_keeps_the_units_owed() {
+        // 100 per minute, all used: 100 units owed. At 1000 per minute those 100 units take
+        // 6 s to repay, so 900 of the new burst are free at once.
+        let slow = token(100, 60_000, 100);
+        let fast = token(1000, 60_000, 1000);
+        let mut g = Gcra::new(&slow);
+        g.acquire(T0, &slow, 100);
+        assert_eq!(g.acquire(T0, &fast, 1).as_reply(), [1, 1000, 899, 0, 6060]);
+        // Same rate in other words (200 per 2 minutes): nothing changes.
+        let mut h = Gcra::new(&slow);
+        h.acquire(T0, &slow, 10);
+        let same = token(200, 120_000, 100);
+        assert_eq!(
+            h.peek(T0).reset_after_ms,
+            h.evaluate(T0, &same, 0).reset_after_ms
+        );
+    }
+
+    #[test]
+    fn from_parts_checks_ranges() {
+        let p = token(10, 1000, 10);
+        assert!(Gcra::from_parts(p, T0, 5).is_ok());
+        assert!(Gcra::from_parts(token(0, 1000, 1), T0, 0).is_err());
+        assert!(Gcra::from_parts(token(1, 1000, MAX_RATE_LIMIT + 1), T0, 0).is_err());
+        assert!(Gcra::from_parts(leaky(1, 1000, 1, MAX_WINDOW_MS + 1), T0, 0).is_err());
+        assert!(Gcra::from_parts(p, MAX_TIMESTAMP + 1, 0).is_err());
+    }
+
+    #[test]
+    fn the_state_is_small() {
+        assert_eq!(std::mem::size_of::<Gcra>(), 32);
+    }
+
+    fn arb_params() -> impl Strategy<Value = Params> {
+        (
+            1u64..20,
+            1u64..3000,
+            1u64..6,
+            prop::sample::select(vec![0u64, 0, 100, 1000]),
+        )
+            .prop_map(|(limit, window_ms, burst, max_delay_ms)| Params {
+                limit,
+                window_ms,
+                burst,
+                max_delay_ms,
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn matches_the_naive_model(
+            p in arb_params(),
+            steps in prop::collection::vec((0u64..400, 0u64..4, prop::bool::weighted(0.1)), 1..120),
+        ) {
+            let mut g = Gcra::new(&p);
+            let mut naive = Naive::new(&p);
+            let mut now = T0;
+            for (gap, cost, back) in steps {
+                let at = if back { now.saturating_sub(gap) } else { now + gap };
+                now = now.max(at);
+                let d = g.acquire(at, &p, cost);
+                let (allowed, remaining, wait) = naive.acquire(at, &p, cost);
+                prop_assert_eq!(d.allowed, allowed);
+                prop_assert_eq!(d.remaining, remaining);
+                prop_assert_eq!(d.retry_after, wait);
+            }
+        }
+
+        #[test]
+        fn refused_calls_change_nothing(p in arb_params(), costs in prop::collection::vec(1u64..8, 1..40)) {
+            let mut g = Gcra::new(&p);
+            for c in costs {
+                let before = g.clone();
+                if !g.acquire(T0, &p, c).allowed {
+                    prop_assert_eq!(&g, &before);
+                }
+            }
+        }
+    }
+}

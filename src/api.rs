@@ -149,33 +149,96 @@ impl Keyword {
 
 pub static COST: Keyword = Keyword::new(c"COST");
 pub static NOW: Keyword = Keyword::new(c"NOW");
+pub static BURST: Keyword = Keyword::new(c"BURST");
+pub static MAXDELAY: Keyword = Keyword::new(c"MAXDELAY");
 
-/// Propagates `command args... COST cost NOW at` to replicas and the AOF: the effect of a
-/// decision, with the exact time it was taken at. Redis takes its own references to `args`
-/// (strings the client sent) and makes the numbers itself, often as shared integers.
-pub fn replicate_at(ctx: &Context, command: &CStr, args: &[Arg], cost: u64, at: u64) {
-    let (cost_kw, now_kw) = (COST.raw(), NOW.raw());
-    if cost_kw.is_null() || now_kw.is_null() {
+/// Creates every keyword string; called once from the module's load function.
+pub fn init_keywords() {
+    for k in [&COST, &NOW, &BURST, &MAXDELAY] {
+        k.init();
+    }
+}
+
+/// Propagates `command args... [OPTION value]... COST cost NOW at` to replicas and the AOF:
+/// the effect of a decision, with its options resolved and the exact time it was taken at.
+/// Redis takes its own references to `args` (strings the client sent) and makes the numbers
+/// itself, often as shared integers.
+pub fn replicate_at(
+    ctx: &Context,
+    command: &str,
+    args: &[Arg],
+    options: &[(&Keyword, u64)],
+    cost: u64,
+    at: u64,
+) {
+    let ll = |v: u64| c_longlong::try_from(v).unwrap_or(c_longlong::MAX);
+    let mut pairs = [(std::ptr::null_mut(), 0); 4];
+    for (slot, (k, v)) in pairs.iter_mut().zip(
+        options
+            .iter()
+            .map(|(k, v)| (k.raw(), ll(*v)))
+            .chain([(COST.raw(), ll(cost)), (NOW.raw(), ll(at))]),
+    ) {
+        *slot = (k, v);
+    }
+    let n = options.len() + 2;
+    let Ok(name) = std::ffi::CString::new(command) else {
+        return;
+    };
+    if n > pairs.len() || pairs[..n].iter().any(|(k, _)| k.is_null()) {
         ctx.log_warning("ratelimit: keywords missing; change not replicated");
         return;
     }
-    let as_ll = |v: u64| c_longlong::try_from(v).unwrap_or(c_longlong::MAX);
-    // SAFETY: "vslsl" takes (array of live strings, its length), a string, a long long, a
-    // string, a long long; Arg is a transparent wrapper of a string pointer.
+    let Some(rep) = (unsafe { raw::RedisModule_Replicate }) else {
+        return;
+    };
+    let [(k0, v0), (k1, v1), (k2, v2), (k3, v3)] = pairs;
+    let (argv, argc) = (args.as_ptr(), args.len());
+    // SAFETY: each format takes (array of live strings, its length) and then, per option, a
+    // string and a long long; Arg is a transparent wrapper of a string pointer. The format
+    // is chosen by how many option pairs are filled in.
     unsafe {
-        if let Some(rep) = raw::RedisModule_Replicate {
-            rep(
+        match n {
+            2 => rep(
                 ctx.ctx,
-                command.as_ptr(),
+                name.as_ptr(),
                 c"vslsl".as_ptr(),
-                args.as_ptr(),
-                args.len(),
-                cost_kw,
-                as_ll(cost),
-                now_kw,
-                as_ll(at),
-            );
-        }
+                argv,
+                argc,
+                k0,
+                v0,
+                k1,
+                v1,
+            ),
+            3 => rep(
+                ctx.ctx,
+                name.as_ptr(),
+                c"vslslsl".as_ptr(),
+                argv,
+                argc,
+                k0,
+                v0,
+                k1,
+                v1,
+                k2,
+                v2,
+            ),
+            _ => rep(
+                ctx.ctx,
+                name.as_ptr(),
+                c"vslslslsl".as_ptr(),
+                argv,
+                argc,
+                k0,
+                v0,
+                k1,
+                v1,
+                k2,
+                v2,
+                k3,
+                v3,
+            ),
+        };
     }
 }
 

@@ -3,6 +3,7 @@
 //! Parsing works on byte slices so that it is unit-tested without a server; `args[0]` is the
 //! command name and `args[1]` the key in every function here.
 
+use crate::algo::gcra::{self, Params, MAX_RATE_LIMIT};
 use crate::algo::slide::{MAX_LIMIT, MAX_WINDOWS, MAX_WINDOW_MS};
 use crate::algo::{Millis, Window, MAX_TIMESTAMP};
 use crate::error::Error;
@@ -49,6 +50,57 @@ pub struct Options {
 
 const COST_MAX: u64 = i64::MAX as u64;
 
+/// `RL.TOKEN key limit window_ms [BURST b] [COST n] [NOW ms]` and
+/// `RL.LEAKY key limit window_ms [MAXDELAY ms] [BURST b] [COST n] [NOW ms]`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Rate {
+    pub params: Params,
+    pub options: Options,
+}
+
+/// A token bucket: BURST defaults to the limit, and nothing waits.
+pub fn token<A: AsBytes>(args: &[A]) -> Result<Rate, Error> {
+    let (limit, window_ms, opts) = rate(args, &[Opt::Burst, Opt::Cost, Opt::Now])?;
+    Ok(Rate {
+        params: Params {
+            limit,
+            window_ms,
+            burst: opts[Opt::Burst as usize].unwrap_or(limit),
+            max_delay_ms: 0,
+        },
+        options: Options::from(opts),
+    })
+}
+
+/// A leaky bucket that schedules: BURST defaults to 1, MAXDELAY to the window.
+pub fn leaky<A: AsBytes>(args: &[A]) -> Result<Rate, Error> {
+    let (limit, window_ms, opts) = rate(args, &[Opt::MaxDelay, Opt::Burst, Opt::Cost, Opt::Now])?;
+    Ok(Rate {
+        params: Params {
+            limit,
+            window_ms,
+            burst: opts[Opt::Burst as usize].unwrap_or(1),
+            max_delay_ms: opts[Opt::MaxDelay as usize].unwrap_or(window_ms),
+        },
+        options: Options::from(opts),
+    })
+}
+
+fn rate<A: AsBytes>(args: &[A], allowed: &[Opt]) -> Result<(u64, u64, Parsed), Error> {
+    let limit = int(args.get(2).ok_or(Error::Arity)?, "limit", 1, MAX_RATE_LIMIT)?;
+    let window = int(
+        args.get(3).ok_or(Error::Arity)?,
+        "window_ms",
+        1,
+        gcra::MAX_WINDOW_MS,
+    )?;
+    Ok((
+        limit,
+        window,
+        options(args.get(4..).unwrap_or_default(), allowed)?,
+    ))
+}
+
 pub fn slide<A: AsBytes>(args: &[A]) -> Result<Slide, Error> {
     let rest = args.get(2..).ok_or(Error::Arity)?;
     // Positional pairs run up to the first word that is not a number.
@@ -84,18 +136,22 @@ pub fn slide<A: AsBytes>(args: &[A]) -> Result<Slide, Error> {
     }
     Ok(Slide {
         windows,
-        options: options(opts, true)?,
+        options: Options::from(options(opts, &[Opt::Cost, Opt::Now])?),
     })
 }
 
 /// `RL.PEEK key [NOW ms]`
 pub fn peek<A: AsBytes>(args: &[A]) -> Result<Option<Millis>, Error> {
-    Ok(options(args.get(2..).ok_or(Error::Arity)?, false)?.now)
+    let opts = options(args.get(2..).ok_or(Error::Arity)?, &[Opt::Now])?;
+    Ok(opts[Opt::Now as usize])
 }
 
 /// `RL.REFUND key [COST n] [NOW ms]`
 pub fn refund<A: AsBytes>(args: &[A]) -> Result<Options, Error> {
-    options(args.get(2..).ok_or(Error::Arity)?, true)
+    Ok(Options::from(options(
+        args.get(2..).ok_or(Error::Arity)?,
+        &[Opt::Cost, Opt::Now],
+    )?))
 }
 
 /// `RL.RESTORE key payload`
@@ -106,32 +162,56 @@ pub fn restore<A: AsBytes>(args: &[A]) -> Result<&[u8], Error> {
     }
 }
 
-/// `[COST n] [NOW ms]` in any order, each at most once.
-fn options<A: AsBytes>(args: &[A], cost_allowed: bool) -> Result<Options, Error> {
-    let mut cost = None;
-    let mut now = None;
+/// The named options, in the order of [`OPTS`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Opt {
+    Cost,
+    Now,
+    Burst,
+    MaxDelay,
+}
+
+/// Each option's keyword and range.
+const OPTS: [(Opt, &str, u64, u64); 4] = [
+    (Opt::Cost, "COST", 0, COST_MAX),
+    (Opt::Now, "NOW", 0, MAX_TIMESTAMP),
+    (Opt::Burst, "BURST", 1, MAX_RATE_LIMIT),
+    (Opt::MaxDelay, "MAXDELAY", 0, gcra::MAX_WINDOW_MS),
+];
+
+/// The value of each option given, indexed by `Opt as usize`.
+type Parsed = [Option<u64>; 4];
+
+impl From<Parsed> for Options {
+    fn from(p: Parsed) -> Options {
+        Options {
+            cost: p[Opt::Cost as usize].unwrap_or(1),
+            now: p[Opt::Now as usize],
+        }
+    }
+}
+
+/// `KEYWORD value` pairs in any order, each of the `allowed` ones at most once.
+fn options<A: AsBytes>(args: &[A], allowed: &[Opt]) -> Result<Parsed, Error> {
+    let mut parsed: Parsed = [None; 4];
     let mut it = args.iter();
     while let Some(name) = it.next() {
         let name = name.as_bytes();
-        let (slot, label, min, max) = if name.eq_ignore_ascii_case(b"COST") && cost_allowed {
-            (&mut cost, "COST", 0, COST_MAX)
-        } else if name.eq_ignore_ascii_case(b"NOW") {
-            (&mut now, "NOW", 0, MAX_TIMESTAMP)
-        } else {
+        let Some(&(opt, label, min, max)) = OPTS.iter().find(|(opt, label, ..)| {
+            allowed.contains(opt) && name.eq_ignore_ascii_case(label.as_bytes())
+        }) else {
             return Err(Error::UnknownOption(
                 String::from_utf8_lossy(name).chars().take(64).collect(),
             ));
         };
+        let slot = &mut parsed[opt as usize];
         if slot.is_some() {
             return Err(Error::RepeatedOption(label));
         }
         let value = it.next().ok_or(Error::MissingValue(label))?;
         *slot = Some(int(value, label, min, max)?);
     }
-    Ok(Options {
-        cost: cost.unwrap_or(1),
-        now,
-    })
+    Ok(parsed)
 }
 
 /// A decimal integer in `min..=max`, written the way Redis writes integers.
@@ -236,6 +316,65 @@ mod tests {
             slide(&args).map(|_| ())
         };
         assert_eq!(got, Err(want));
+    }
+
+    #[test]
+    fn token_and_leaky_defaults_and_options() {
+        let t = token(&call("RL.TOKEN k 120 60000")).unwrap();
+        assert_eq!(
+            t.params,
+            Params {
+                limit: 120,
+                window_ms: 60000,
+                burst: 120,
+                max_delay_ms: 0
+            }
+        );
+        let l = leaky(&call("RL.LEAKY k 4 1000 burst 2 MAXDELAY 500 COST 2 NOW 9")).unwrap();
+        assert_eq!(
+            l.params,
+            Params {
+                limit: 4,
+                window_ms: 1000,
+                burst: 2,
+                max_delay_ms: 500
+            }
+        );
+        assert_eq!(
+            l.options,
+            Options {
+                cost: 2,
+                now: Some(9)
+            }
+        );
+        assert_eq!(
+            leaky(&call("RL.LEAKY k 4 1000"))
+                .unwrap()
+                .params
+                .max_delay_ms,
+            1000
+        );
+        assert_eq!(
+            token(&call("RL.TOKEN k 4 1000 MAXDELAY 5")),
+            Err(Error::UnknownOption("MAXDELAY".into()))
+        );
+        assert_eq!(
+            token(&call("RL.TOKEN k 2147483648 1000")),
+            Err(Error::Range {
+                arg: "limit",
+                min: 1,
+                max: MAX_RATE_LIMIT
+            })
+        );
+        assert_eq!(
+            leaky(&call("RL.LEAKY k 1 1000 BURST 0")),
+            Err(Error::Range {
+                arg: "BURST",
+                min: 1,
+                max: MAX_RATE_LIMIT
+            })
+        );
+        assert_eq!(token(&call("RL.TOKEN k 1")), Err(Error::Arity));
     }
 
     #[test]

@@ -1,15 +1,16 @@
 //! The `RL.*` handlers: parse, read the clock once, run the algorithm, set the expiry and
 //! replicate. The only module that decides what a command does to a key.
 //!
-//! Replication: a change is propagated as the same command with the exact decision time
-//! (`NOW`) it was taken at. A server executing a command that came from its primary or from
+//! Replication: a change is propagated as the same command with its options resolved and the
+//! exact decision time (`NOW`) it was taken at. A server executing a command that came from its primary or from
 //! the AOF applies it even where it would have decided otherwise, so replicas follow the
 //! primary's decisions. Refused and `COST 0` calls propagate nothing.
 
 use redis_module::{Context, ContextFlags};
 
+use crate::algo::gcra::Gcra;
 use crate::algo::slide::SlidingLog;
-use crate::algo::Millis;
+use crate::algo::{Limit, Millis};
 use crate::api::{self, Arg, Reply};
 use crate::args;
 use crate::error::Error;
@@ -50,37 +51,125 @@ fn settle(key: &Key, empty_at: Option<Millis>, expiring_at: Option<Millis>) {
     key.signal_modified();
 }
 
-pub fn slide(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
-    let req = args::slide(args)?;
+/// What a call decides on: the parameters and the shared options.
+struct Call<'a, P: ?Sized> {
+    kind: Kind,
+    params: &'a P,
+    cost: u64,
+    now: Option<Millis>,
+    /// How many arguments, from the key on, the client sent positionally (replicated as is).
+    positional: usize,
+    /// Options replicated with their resolved values, so replicas need no defaults.
+    resolved: &'a [(&'a api::Keyword, u64)],
+}
+
+/// The body of every limiter command: decide at one time, record when allowed, expire the
+/// key when the limiter will be empty, and propagate the effect.
+fn limit<A: Limit>(
+    ctx: &Context,
+    args: &[Arg],
+    call: Call<A::Params>,
+    fresh: impl FnOnce() -> A,
+    wrap: fn(A) -> Limiter,
+    unwrap: fn(&mut Limiter) -> Option<&mut A>,
+) -> Result<Reply, Error> {
     let name = key_arg(args)?;
-    let windows = req.windows.as_slice();
-    let cost = req.options.cost;
-    let now = clock(req.options.now);
+    let now = clock(call.now);
+    let (params, cost) = (call.params, call.cost);
     let mut key = Key::open(ctx, name, true);
-    // A missing key gets a fresh log, stored only if this call changes it.
-    let mut fresh = None;
-    let log = match key.limiter()? {
-        Some(Limiter::Slide(log)) => log,
-        #[allow(unreachable_patterns)] // reached once the other algorithms exist
-        Some(other) => return Err(other_kind(other, Kind::Slide)),
-        None => fresh.insert(SlidingLog::new(windows)),
+    // A missing key gets a fresh limiter, stored only if this call changes it.
+    let mut created = None;
+    let limiter = match key.limiter()? {
+        Some(held) if held.kind() != call.kind => return Err(other_kind(held, call.kind)),
+        Some(held) => unwrap(held).ok_or(Error::Internal(call.kind.command()))?,
+        None => created.insert(fresh()),
     };
-    let expiring_at = log.empty_at();
-    let decision = log.acquire(now, windows, cost);
-    let changed =
-        cost > 0 && (decision.allowed || (applying_decided(ctx) && log.record(now, windows, cost)));
+    let expiring_at = limiter.empty_at();
+    let decision = limiter.acquire(now, params, cost);
+    let changed = cost > 0
+        && (decision.allowed || (applying_decided(ctx) && limiter.record(now, params, cost)));
     if !changed {
         return Ok(Reply::Decision(decision));
     }
-    let (at, empty_at) = (log.latest(), log.empty_at());
-    if let Some(log) = fresh {
-        key.set(Limiter::Slide(log))?;
+    let (at, empty_at) = (limiter.latest(), limiter.empty_at());
+    if let Some(limiter) = created {
+        key.set(wrap(limiter))?;
     }
     settle(&key, empty_at, expiring_at);
-    // The key and the pairs exactly as the client sent them (validated above).
-    let positional = args.get(1..2 + 2 * windows.len()).unwrap_or_default();
-    api::replicate_at(ctx, c"RL.SLIDE", positional, cost, at);
+    let positional = args.get(1..1 + call.positional).unwrap_or_default();
+    api::replicate_at(
+        ctx,
+        call.kind.command(),
+        positional,
+        call.resolved,
+        cost,
+        at,
+    );
     Ok(Reply::Decision(decision))
+}
+
+pub fn slide(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
+    let req = args::slide(args)?;
+    let windows = req.windows.as_slice();
+    let call = Call {
+        kind: Kind::Slide,
+        params: windows,
+        cost: req.options.cost,
+        now: req.options.now,
+        positional: 1 + 2 * windows.len(),
+        resolved: &[],
+    };
+    let wrap = |log| Limiter::Slide(Box::new(log));
+    limit(
+        ctx,
+        args,
+        call,
+        || SlidingLog::new(windows),
+        wrap,
+        Limiter::slide_mut,
+    )
+}
+
+pub fn token(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
+    let req = args::token(args)?;
+    let p = req.params;
+    let call = Call {
+        kind: Kind::Token,
+        params: &p,
+        cost: req.options.cost,
+        now: req.options.now,
+        positional: 3,
+        resolved: &[(&api::BURST, p.burst)],
+    };
+    limit(
+        ctx,
+        args,
+        call,
+        || Gcra::new(&p),
+        Limiter::Token,
+        Limiter::token_mut,
+    )
+}
+
+pub fn leaky(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
+    let req = args::leaky(args)?;
+    let p = req.params;
+    let call = Call {
+        kind: Kind::Leaky,
+        params: &p,
+        cost: req.options.cost,
+        now: req.options.now,
+        positional: 3,
+        resolved: &[(&api::MAXDELAY, p.max_delay_ms), (&api::BURST, p.burst)],
+    };
+    limit(
+        ctx,
+        args,
+        call,
+        || Gcra::new(&p),
+        Limiter::Leaky,
+        Limiter::leaky_mut,
+    )
 }
 
 pub fn peek(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
@@ -108,7 +197,7 @@ pub fn refund(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
     let (at, empty_at) = (limiter.latest(), limiter.empty_at());
     // May delete the key, freeing `limiter`: nothing may read it afterwards.
     settle(&key, empty_at, expiring_at);
-    api::replicate_at(ctx, c"RL.REFUND", &[name], opts.cost, at);
+    api::replicate_at(ctx, "RL.REFUND", &[name], &[], opts.cost, at);
     Ok(Reply::Decision(decision))
 }
 

@@ -1,6 +1,7 @@
 //! redis-ratelimit: rate limiting commands that run inside Redis.
 //!
-//! `RL.SLIDE` (an exact sliding log over one or several windows), `RL.PEEK` and `RL.REFUND`,
+//! `RL.SLIDE` (an exact sliding log over one or several windows), `RL.TOKEN` (token bucket),
+//! `RL.LEAKY` (a leaky bucket that schedules), `RL.PEEK` and `RL.REFUND`,
 //! on a custom data type that persists, replicates deterministically and expires by itself
 //! when empty. The algorithms live in [`algo`] and know nothing of Redis; [`commands`] is the
 //! thin layer that parses, reads the clock, replies and replicates.
@@ -17,6 +18,7 @@ mod stats;
 mod store;
 pub mod value;
 
+use std::ffi::CStr;
 use std::os::raw::c_int;
 
 use redis_module::{
@@ -40,12 +42,30 @@ const ALLOCATOR: Allocator = std::alloc::System;
 const KEY: Arg = arg("key", ArgKind::Key);
 const COST: Arg = option("COST", "cost");
 const NOW: Arg = option("NOW", "unix-time-milliseconds");
-const WINDOW: [Arg; 2] = [
-    arg("limit", ArgKind::Integer),
-    arg("window-ms", ArgKind::Integer),
-];
+const WINDOW: [Arg; 2] = [LIMIT, WINDOW_MS];
 
-static COMMANDS: [Info; 4] = [
+const BURST: Arg = option("BURST", "burst");
+const MAXDELAY: Arg = option("MAXDELAY", "max-delay-ms");
+const LIMIT: Arg = arg("limit", ArgKind::Integer);
+const WINDOW_MS: Arg = arg("window-ms", ArgKind::Integer);
+
+static COMMANDS: [Info; 6] = [
+    Info {
+        name: "RL.TOKEN",
+        summary: "Token bucket (GCRA): limit tokens per window_ms, evenly, holding at most BURST; takes COST tokens if they are there",
+        complexity: "O(1)",
+        arity: -4,
+        read_only: false,
+        args: &[KEY, LIMIT, WINDOW_MS, BURST, COST, NOW],
+    },
+    Info {
+        name: "RL.LEAKY",
+        summary: "Leaky bucket that schedules: books the next free slot and replies how long to wait before acting; refuses bookings beyond MAXDELAY",
+        complexity: "O(1)",
+        arity: -4,
+        read_only: false,
+        args: &[KEY, LIMIT, WINDOW_MS, MAXDELAY, BURST, COST, NOW],
+    },
     Info {
         name: "RL.SLIDE",
         summary: "Exact sliding-window rate limit over one or more (limit, window) pairs; records the request when every window allows it",
@@ -107,6 +127,8 @@ macro_rules! command {
 }
 
 command!(rl_slide, "RL.SLIDE", Some(&stats::SLIDE), commands::slide);
+command!(rl_token, "RL.TOKEN", Some(&stats::TOKEN), commands::token);
+command!(rl_leaky, "RL.LEAKY", Some(&stats::LEAKY), commands::leaky);
 command!(rl_peek, "RL.PEEK", Some(&stats::PEEK), commands::peek);
 command!(
     rl_refund,
@@ -116,37 +138,35 @@ command!(
 );
 command!(rl_restore, "RL.RESTORE", None, commands::restore);
 
+/// A command's name, entry point, flags and optional ACL categories.
+type Registration = (
+    &'static CStr,
+    raw::RedisModuleCmdFunc,
+    &'static CStr,
+    &'static CStr,
+);
+
+const WRITE: &CStr = c"write deny-oom";
+const WRITE_ACL: &CStr = c"write ratelimit";
+
+static REGISTRY: [Registration; 6] = [
+    (c"RL.SLIDE", Some(rl_slide), WRITE, WRITE_ACL),
+    (c"RL.TOKEN", Some(rl_token), WRITE, WRITE_ACL),
+    (c"RL.LEAKY", Some(rl_leaky), WRITE, WRITE_ACL),
+    (c"RL.PEEK", Some(rl_peek), c"readonly", c"read ratelimit"),
+    (c"RL.REFUND", Some(rl_refund), c"write", WRITE_ACL),
+    (c"RL.RESTORE", Some(rl_restore), WRITE, WRITE_ACL),
+];
+
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     // Damaged RESTORE payloads become errors instead of aborting the server, and keys are
     // signalled as modified only when a call changed them.
     ctx.set_module_options(
         ModuleOptions::HANDLE_IO_ERRORS | ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED,
     );
-    api::COST.init();
-    api::NOW.init();
+    api::init_keywords();
     // Mandatory flags only: ACL categories are optional (7.2+) and set where supported.
-    let commands: [(
-        &std::ffi::CStr,
-        raw::RedisModuleCmdFunc,
-        &std::ffi::CStr,
-        &std::ffi::CStr,
-    ); 4] = [
-        (
-            c"RL.SLIDE",
-            Some(rl_slide),
-            c"write deny-oom",
-            c"write ratelimit",
-        ),
-        (c"RL.PEEK", Some(rl_peek), c"readonly", c"read ratelimit"),
-        (c"RL.REFUND", Some(rl_refund), c"write", c"write ratelimit"),
-        (
-            c"RL.RESTORE",
-            Some(rl_restore),
-            c"write deny-oom",
-            c"write ratelimit",
-        ),
-    ];
-    for (name, func, flags, acl) in commands {
+    for (name, func, flags, acl) in REGISTRY {
         if !api::create_command(ctx, name, func, flags, acl) {
             ctx.log_warning(&format!("ratelimit: could not register {name:?}"));
             return Status::Err;

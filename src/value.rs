@@ -1,13 +1,17 @@
 //! The value a limiter key holds, whatever its algorithm, and its persisted encoding.
 //!
-//! Encoding version 1:
-//! `version:u8 kind:u8` then, for a sliding log,
-//! `latest nwindows (limit window_ms)* nrecords (delta_ms units)*` as varints, where the first
-//! delta is the absolute timestamp of the oldest record. The encoding is canonical (the same
-//! logical state always gives the same bytes), so it also serves as the digest.
+//! Encoding version 1: `version:u8 kind:u8`, then varints:
+//! - sliding log (kind 1): `latest nwindows (limit window_ms)* nrecords (delta_ms units)*`,
+//!   where the first delta is the absolute timestamp of the oldest record;
+//! - token bucket (kind 2) and leaky bucket (kind 3): `latest debt limit window_ms burst
+//!   max_delay_ms`, the debt in ticks of `1/limit` ms (see `algo::gcra`).
+//!
+//! The encoding is canonical (the same logical state always gives the same bytes), so it
+//! also serves as the digest.
 
+use crate::algo::gcra::{Gcra, Params};
 use crate::algo::slide::SlidingLog;
-use crate::algo::{Decision, Millis, Window};
+use crate::algo::{Decision, Limit, Millis, Window};
 use crate::codec::{put_varint, Malformed, Reader};
 
 /// The encoding version written by this build. Older versions stay readable.
@@ -17,6 +21,8 @@ pub const ENCODING_VERSION: u8 = 1;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Slide,
+    Token,
+    Leaky,
 }
 
 impl Kind {
@@ -24,26 +30,56 @@ impl Kind {
     pub fn command(self) -> &'static str {
         match self {
             Kind::Slide => "RL.SLIDE",
+            Kind::Token => "RL.TOKEN",
+            Kind::Leaky => "RL.LEAKY",
         }
     }
 
     fn tag(self) -> u8 {
         match self {
             Kind::Slide => 1,
+            Kind::Token => 2,
+            Kind::Leaky => 3,
         }
     }
 }
 
-/// What an `RL.*` key holds.
+/// What an `RL.*` key holds. The sliding log is boxed so that buckets, which are most keys
+/// of a large deployment, stay small.
 #[derive(Clone, Debug)]
 pub enum Limiter {
-    Slide(SlidingLog),
+    Slide(Box<SlidingLog>),
+    Token(Gcra),
+    Leaky(Gcra),
 }
 
 impl Limiter {
     pub fn kind(&self) -> Kind {
         match self {
             Limiter::Slide(_) => Kind::Slide,
+            Limiter::Token(_) => Kind::Token,
+            Limiter::Leaky(_) => Kind::Leaky,
+        }
+    }
+
+    pub fn slide_mut(&mut self) -> Option<&mut SlidingLog> {
+        match self {
+            Limiter::Slide(log) => Some(log),
+            _ => None,
+        }
+    }
+
+    pub fn token_mut(&mut self) -> Option<&mut Gcra> {
+        match self {
+            Limiter::Token(g) => Some(g),
+            _ => None,
+        }
+    }
+
+    pub fn leaky_mut(&mut self) -> Option<&mut Gcra> {
+        match self {
+            Limiter::Leaky(g) => Some(g),
+            _ => None,
         }
     }
 
@@ -51,6 +87,7 @@ impl Limiter {
     pub fn peek(&self, now: Millis) -> Decision {
         match self {
             Limiter::Slide(log) => log.peek(now),
+            Limiter::Token(g) | Limiter::Leaky(g) => g.peek(now),
         }
     }
 
@@ -58,6 +95,7 @@ impl Limiter {
     pub fn refund(&mut self, now: Millis, units: u64) -> Decision {
         match self {
             Limiter::Slide(log) => log.refund(now, units),
+            Limiter::Token(g) | Limiter::Leaky(g) => g.refund(now, units),
         }
     }
 
@@ -65,6 +103,7 @@ impl Limiter {
     pub fn latest(&self) -> Millis {
         match self {
             Limiter::Slide(log) => log.latest(),
+            Limiter::Token(g) | Limiter::Leaky(g) => g.latest(),
         }
     }
 
@@ -73,6 +112,7 @@ impl Limiter {
     pub fn empty_at(&self) -> Option<Millis> {
         match self {
             Limiter::Slide(log) => log.empty_at(),
+            Limiter::Token(g) | Limiter::Leaky(g) => g.empty_at(),
         }
     }
 
@@ -80,7 +120,8 @@ impl Limiter {
     pub fn mem_usage(&self) -> usize {
         std::mem::size_of::<Self>()
             + match self {
-                Limiter::Slide(log) => log.heap_size(),
+                Limiter::Slide(log) => std::mem::size_of::<SlidingLog>() + log.heap_size(),
+                Limiter::Token(_) | Limiter::Leaky(_) => 0,
             }
     }
 
@@ -98,6 +139,19 @@ impl Limiter {
                     put_varint(&mut out, at - prev);
                     put_varint(&mut out, units);
                     prev = at;
+                }
+            }
+            Limiter::Token(g) | Limiter::Leaky(g) => {
+                let p = g.params();
+                for v in [
+                    g.latest(),
+                    g.debt(),
+                    p.limit,
+                    p.window_ms,
+                    p.burst,
+                    p.max_delay_ms,
+                ] {
+                    put_varint(&mut out, v);
                 }
             }
         }
@@ -126,7 +180,25 @@ impl Limiter {
                 }
                 let log = SlidingLog::from_records(windows, latest, records)
                     .map_err(|e| Malformed(e.0))?;
-                Limiter::Slide(log)
+                Limiter::Slide(Box::new(log))
+            }
+            tag @ (2 | 3) => {
+                let (latest, debt) = (r.varint()?, r.varint()?);
+                let p = Params {
+                    limit: r.varint()?,
+                    window_ms: r.varint()?,
+                    burst: r.varint()?,
+                    max_delay_ms: r.varint()?,
+                };
+                if tag == 2 && p.max_delay_ms != 0 {
+                    return Err(Malformed("a token bucket has no delay"));
+                }
+                let g = Gcra::from_parts(p, latest, debt).map_err(|e| Malformed(e.0))?;
+                if tag == 2 {
+                    Limiter::Token(g)
+                } else {
+                    Limiter::Leaky(g)
+                }
             }
             _ => return Err(Malformed("unknown limiter kind")),
         };
@@ -177,7 +249,7 @@ mod tests {
         for t in [0, 0, 7, 300, 301] {
             log.acquire(T0 + t, &ws, 1);
         }
-        Limiter::Slide(log)
+        Limiter::Slide(Box::new(log))
     }
 
     /// Written by encoding version 1 and committed: later versions must keep reading it.
@@ -189,13 +261,47 @@ mod tests {
     #[test]
     fn reads_the_committed_version_1_encoding() {
         let limiter = Limiter::decode(SLIDE_V1).unwrap();
-        let Limiter::Slide(log) = &limiter;
+        let Limiter::Slide(log) = &limiter else {
+            panic!("not a sliding log: {limiter:?}");
+        };
         assert_eq!(
             log.records().collect::<Vec<_>>(),
             vec![(T0, 2), (T0 + 7, 1), (T0 + 300, 1), (T0 + 301, 1)]
         );
         assert_eq!(limiter.encode(), SLIDE_V1);
         assert_eq!(sample().encode(), SLIDE_V1);
+    }
+
+    /// Version 1 buckets, committed: latest 1000, a debt of 4500 ticks.
+    const TOKEN_V1: &[u8] = &[1, 2, 232, 7, 148, 35, 10, 232, 7, 5, 0];
+    const LEAKY_V1: &[u8] = &[1, 3, 232, 7, 148, 35, 4, 232, 7, 1, 160, 6];
+
+    #[test]
+    fn reads_the_committed_version_1_buckets() {
+        let token = Limiter::decode(TOKEN_V1).unwrap();
+        let Limiter::Token(g) = &token else {
+            panic!("not a token bucket: {token:?}");
+        };
+        let p = Params {
+            limit: 10,
+            window_ms: 1000,
+            burst: 5,
+            max_delay_ms: 0,
+        };
+        assert_eq!((g.params(), g.latest(), g.debt()), (p, 1000, 4500));
+        assert_eq!(token.encode(), TOKEN_V1);
+        let leaky = Limiter::decode(LEAKY_V1).unwrap();
+        assert_eq!(leaky.kind(), Kind::Leaky);
+        assert_eq!(leaky.encode(), LEAKY_V1);
+        // A token bucket never carries a delay.
+        let mut bad = TOKEN_V1.to_vec();
+        *bad.last_mut().unwrap() = 1;
+        assert!(Limiter::decode(&bad).is_err());
+    }
+
+    #[test]
+    fn buckets_stay_small() {
+        assert!(std::mem::size_of::<Limiter>() <= 40);
     }
 
     #[test]

@@ -11,6 +11,9 @@ const WINDOW: &str = "ERR window_ms must be an integer from 1 to 2678400000";
 const COST: &str = "ERR COST must be an integer from 0 to 9223372036854775807";
 const NOW: &str = "ERR NOW must be an integer from 0 to 253402300799999";
 const ARITY: &str = "ERR wrong number of arguments";
+const RATE_LIMIT: &str = "ERR limit must be an integer from 1 to 2147483647";
+const BURST: &str = "ERR BURST must be an integer from 1 to 2147483647";
+const MAXDELAY: &str = "ERR MAXDELAY must be an integer from 0 to 2678400000";
 
 #[rstest]
 #[case(&["RL.SLIDE"], ARITY)]
@@ -48,6 +51,24 @@ const ARITY: &str = "ERR wrong number of arguments";
 #[case(&["RL.SLIDE", "bad", "10", "1000", "COST", "1", "10", "1000"], "ERR unknown option '10'")]
 #[case(&["RL.SLIDE", "bad", "1", "1", "2", "2", "3", "3", "4", "4", "5", "5", "6", "6", "7", "7", "8", "8", "9", "9"],
        "ERR at most 8 limit/window_ms pairs in one call")]
+#[case(&["RL.TOKEN", "bad"], ARITY)]
+#[case(&["RL.TOKEN", "bad", "10"], ARITY)]
+#[case(&["RL.TOKEN", "bad", "0", "1000"], RATE_LIMIT)]
+#[case(&["RL.TOKEN", "bad", "2147483648", "1000"], RATE_LIMIT)]
+#[case(&["RL.TOKEN", "bad", "10", "0"], WINDOW)]
+#[case(&["RL.TOKEN", "bad", "10", "1000", "BURST", "0"], BURST)]
+#[case(&["RL.TOKEN", "bad", "10", "1000", "BURST", "2147483648"], BURST)]
+#[case(&["RL.TOKEN", "bad", "10", "1000", "BURST", "1", "BURST", "1"], "ERR option BURST given more than once")]
+#[case(&["RL.TOKEN", "bad", "10", "1000", "MAXDELAY", "5"], "ERR unknown option 'MAXDELAY'")]
+#[case(&["RL.TOKEN", "bad", "10", "1000", "COST"], "ERR option COST needs a value")]
+#[case(&["RL.TOKEN", "bad", "10", "1000", "10", "1000"], "ERR unknown option '10'")]
+#[case(&["RL.LEAKY", "bad", "10"], ARITY)]
+#[case(&["RL.LEAKY", "bad", "x", "1000"], RATE_LIMIT)]
+#[case(&["RL.LEAKY", "bad", "10", "1000", "MAXDELAY", "-1"], MAXDELAY)]
+#[case(&["RL.LEAKY", "bad", "10", "1000", "MAXDELAY", "2678400001"], MAXDELAY)]
+#[case(&["RL.LEAKY", "bad", "10", "1000", "MAXDELAY"], "ERR option MAXDELAY needs a value")]
+#[case(&["RL.LEAKY", "bad", "10", "1000", "NOW", "x"], NOW)]
+#[case(&["RL.LEAKY", "bad", "10", "1000", "COST", "1", "cost", "2"], "ERR option COST given more than once")]
 #[case(&["RL.PEEK"], ARITY)]
 #[case(&["RL.PEEK", "bad", "COST", "1"], "ERR unknown option 'COST'")]
 #[case(&["RL.PEEK", "bad", "NOW"], "ERR option NOW needs a value")]

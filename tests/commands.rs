@@ -341,3 +341,113 @@ fn the_module_is_listed_with_its_type(server: Server) {
     rl(&mut c, "RL.SLIDE t 1 60000");
     assert_eq!(text(&mut c, &["TYPE", "t"]), "ratelimit");
 }
+
+#[rstest]
+fn readme_token_bucket(server: Server) {
+    let mut c = server.conn();
+    let t = unix_ms();
+    let at = |ms: u64| format!("RL.TOKEN api:user:7 120 60000 NOW {}", t + ms);
+    assert_eq!(rl(&mut c, &at(0)), [1, 120, 119, 0, 500]);
+    for _ in 1..120 {
+        assert_eq!(rl(&mut c, &at(0))[0], 1);
+    }
+    // The burst is spent: one token every 500 ms from now on, 2 per second.
+    assert_eq!(rl(&mut c, &at(0)), [0, 120, 0, 500, 60000]);
+    assert_eq!(rl(&mut c, &at(500)), [1, 120, 0, 0, 60000]);
+    assert_eq!(rl(&mut c, &at(700)), [0, 120, 0, 300, 59800]);
+    let pttl = int(&mut c, &["PTTL", "api:user:7"]);
+    assert!(pttl > 55_000 && pttl <= 60_500, "{pttl}");
+    // A smaller burst: 10 at once, then the same 2 per second.
+    let b = |ms: u64| format!("RL.TOKEN api:user:8 120 60000 BURST 10 NOW {}", t + ms);
+    for left in (0..10).rev() {
+        assert_eq!(rl(&mut c, &b(0))[2], left);
+    }
+    assert_eq!(rl(&mut c, &b(0)), [0, 10, 0, 500, 5000]);
+}
+
+#[rstest]
+fn readme_leaky_bucket(server: Server) {
+    let mut c = server.conn();
+    let t = unix_ms();
+    let at = |extra: &str| format!("RL.LEAKY carrier:5 4 1000 {extra} NOW {t}");
+    assert_eq!(rl(&mut c, &at("")), [1, 5, 4, 0, 250]);
+    assert_eq!(rl(&mut c, &at("")), [1, 5, 3, 250, 500]);
+    assert_eq!(rl(&mut c, &at("")), [1, 5, 2, 500, 750]);
+    assert_eq!(rl(&mut c, &at("")), [1, 5, 1, 750, 1000]);
+    // A fifth that may wait at most 500 ms would wait 1000: refused, nothing booked.
+    assert_eq!(rl(&mut c, &at("MAXDELAY 500")), [0, 3, 0, 500, 1000]);
+    // A job cancelled before it ran gives its slot back.
+    assert_eq!(
+        rl(&mut c, &format!("RL.REFUND carrier:5 NOW {t}")),
+        [1, 5, 2, 0, 750]
+    );
+    assert_eq!(rl(&mut c, &at("")), [1, 5, 1, 750, 1000]);
+}
+
+#[rstest]
+fn each_key_keeps_its_algorithm(server: Server) {
+    let mut c = server.conn();
+    rl(&mut c, "RL.SLIDE s 10 1000");
+    rl(&mut c, "RL.TOKEN t 10 1000");
+    rl(&mut c, "RL.LEAKY l 10 1000");
+    let cases = [
+        (
+            ["RL.TOKEN", "s", "10", "1000"],
+            "WRONGTYPE key holds a RL.SLIDE limiter, not RL.TOKEN",
+        ),
+        (
+            ["RL.LEAKY", "t", "10", "1000"],
+            "WRONGTYPE key holds a RL.TOKEN limiter, not RL.LEAKY",
+        ),
+        (
+            ["RL.SLIDE", "l", "10", "1000"],
+            "WRONGTYPE key holds a RL.LEAKY limiter, not RL.SLIDE",
+        ),
+    ];
+    for (words, want) in cases {
+        assert_eq!(err(&mut c, &words), want);
+    }
+    // PEEK and REFUND work on every kind. A scheduler's limit counts what fits within
+    // MAXDELAY (by default the window): 1 at once plus 10 delayed.
+    for (key, limit) in [("s", 10), ("t", 10), ("l", 11)] {
+        assert_eq!(rl(&mut c, &format!("RL.PEEK {key}"))[1], limit);
+        assert_eq!(rl(&mut c, &format!("RL.REFUND {key}"))[2], limit);
+    }
+}
+
+#[rstest]
+fn bucket_keys_are_small(server: Server) {
+    let mut c = server.conn();
+    rl(&mut c, "RL.TOKEN k 100 1000");
+    rl(&mut c, "RL.LEAKY l 100 1000");
+    for key in ["k", "l"] {
+        let bytes = int(&mut c, &["MEMORY", "USAGE", key, "SAMPLES", "0"]);
+        assert!(bytes <= 80, "{key}: {bytes} bytes");
+    }
+}
+
+#[rstest]
+fn rate_extremes(server: Server) {
+    let mut c = server.conn();
+    // The million-per-second bucket is empty again 1 ms after NOW: a clock ahead of the real
+    // one keeps the key from expiring between calls.
+    let t = unix_ms() + 3_600_000;
+    // One per day, and a million per second (a thousand per millisecond).
+    assert_eq!(
+        rl(&mut c, &format!("RL.TOKEN day 1 86400000 NOW {t}")),
+        [1, 1, 0, 0, 86_400_000]
+    );
+    assert_eq!(
+        rl(&mut c, &format!("RL.TOKEN day 1 86400000 NOW {}", t + 1))[3],
+        86_399_999
+    );
+    let fast = |ms: u64, cost: u64| {
+        format!(
+            "RL.TOKEN fast 1000000 1000 BURST 1000 COST {cost} NOW {}",
+            t + ms
+        )
+    };
+    assert_eq!(rl(&mut c, &fast(0, 1000)), [1, 1000, 0, 0, 1]);
+    assert_eq!(rl(&mut c, &fast(0, 1)), [0, 1000, 0, 1, 1]);
+    assert_eq!(rl(&mut c, &fast(1, 1000)), [1, 1000, 0, 0, 1]);
+}

@@ -19,11 +19,19 @@ fn fill(c: &mut Connection, t: u64) {
     rl(c, &format!("RL.SLIDE b 1000 3600000 COST 3 NOW {}", t + 5));
     rl(c, &format!("RL.REFUND b COST 2 NOW {}", t + 6));
     rl(c, &format!("RL.SLIDE c 1 600000 NOW {t}"));
+    for i in 0..7 {
+        rl(c, &format!("RL.TOKEN tok 5 3000 BURST 4 NOW {}", t + i * 3));
+        rl(
+            c,
+            &format!("RL.LEAKY leak 3 1000 MAXDELAY 2000 NOW {}", t + i * 5),
+        );
+    }
+    rl(c, &format!("RL.REFUND leak NOW {}", t + 40));
 }
 
 /// Everything a client can see of the limiters filled by `fill`.
 fn snapshot(c: &mut Connection, t: u64) -> Vec<String> {
-    ["a", "b", "c"]
+    ["a", "b", "c", "tok", "leak"]
         .iter()
         .map(|k| {
             format!(
@@ -285,4 +293,40 @@ fn aof_loading_applies_decisions_without_deciding_again() {
         [0, 1, 0, 60000, 60000]
     );
     assert_eq!(int(&mut c, &["PEXPIRETIME", "k"]), (t + 60000) as i64);
+}
+
+#[rstest]
+fn loads_the_committed_version_1_buckets() {
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/buckets-v1.rdb");
+    let server = Server::start_with_files(
+        &[(fixture, "fixture.rdb")],
+        &["--dbfilename", "fixture.rdb"],
+    );
+    let mut c = server.conn();
+    // Written by encoding version 1 at 2100-01-01T00:00:00Z (T = 4102444800000):
+    // RL.TOKEN 10/1s BURST 5, COST 3 at T and COST 2 at T+50;
+    // RL.LEAKY 4/1s MAXDELAY 800, three bookings at T.
+    assert_eq!(
+        rl(&mut c, "RL.PEEK fixture:token NOW 4102444800100"),
+        [1, 5, 1, 0, 400]
+    );
+    assert_eq!(
+        rl(&mut c, "RL.PEEK fixture:leaky NOW 4102444800100"),
+        [1, 4, 1, 0, 650]
+    );
+    assert_eq!(
+        int(&mut c, &["PEXPIRETIME", "fixture:token"]),
+        4102444800500
+    );
+    assert_eq!(
+        int(&mut c, &["PEXPIRETIME", "fixture:leaky"]),
+        4102444800750
+    );
+    assert_eq!(
+        rl(
+            &mut c,
+            "RL.LEAKY fixture:leaky 4 1000 MAXDELAY 800 NOW 4102444800100"
+        ),
+        [1, 4, 0, 650, 900]
+    );
 }

@@ -16,7 +16,7 @@
 //! Invariants: the parameters are within the ranges below, so that `burst·T + max_delay` in
 //! ticks, and hence every debt, fits in a `u64` (the arithmetic itself is done in `u128`).
 
-use super::{Decision, Millis, Wait, MAX_TIMESTAMP};
+use super::{Decision, Limit, Millis, Wait, MAX_TIMESTAMP};
 
 /// The largest limit and burst: keeps `burst·T + max_delay` within 64 bits.
 pub const MAX_RATE_LIMIT: u64 = (1 << 31) - 1;
@@ -119,72 +119,8 @@ impl Gcra {
         }
     }
 
-    pub fn latest(&self) -> Millis {
-        self.latest
-    }
-
     pub fn debt(&self) -> u64 {
         self.debt
-    }
-
-    /// When the bucket is back to empty if nothing else arrives; `None` when it already is.
-    pub fn empty_at(&self) -> Option<Millis> {
-        (self.debt > 0).then(|| self.latest + self.params().ms_ceil(u128::from(self.debt)))
-    }
-
-    /// Asks for `cost` units at `now` under `p`, and books them when allowed.
-    pub fn acquire(&mut self, now: Millis, p: &Params, cost: u64) -> Decision {
-        let decision = self.evaluate(now, p, cost);
-        if decision.allowed && cost > 0 {
-            self.record(now, p, cost);
-        }
-        decision
-    }
-
-    /// The answer to `cost` units at `now` under `p`, changing nothing.
-    pub fn evaluate(&self, now: Millis, p: &Params, cost: u64) -> Decision {
-        let now = now.max(self.latest);
-        let debt = self.debt_at(now, p);
-        let need = debt + u128::from(cost) * p.t();
-        let capacity = p.capacity();
-        let allowed = need <= capacity;
-        let after = if allowed { need } else { debt };
-        let burst_ticks = u128::from(p.burst) * p.t();
-        let retry_after = if allowed {
-            // A `COST 0` call books nothing, so nothing waits.
-            match need.saturating_sub(burst_ticks) {
-                _ if cost == 0 => Wait::None,
-                0 => Wait::None,
-                delay => Wait::Ms(p.ms_ceil(delay)),
-            }
-        } else if u128::from(cost) * p.t() > capacity {
-            Wait::Never
-        } else {
-            Wait::Ms(p.ms_ceil(need - capacity))
-        };
-        Decision {
-            allowed,
-            limit: clamp(capacity / p.t()),
-            remaining: clamp((capacity - after.min(capacity)) / p.t()),
-            retry_after,
-            reset_after_ms: p.ms_ceil(after),
-        }
-    }
-
-    /// Books `cost` units at `now` under `p` without checking: the effect of a decision taken
-    /// already. Returns false, changing nothing, for parameters out of range.
-    pub fn record(&mut self, now: Millis, p: &Params, cost: u64) -> bool {
-        if !p.valid() || now > MAX_TIMESTAMP {
-            return false;
-        }
-        let now = now.max(self.latest);
-        let need = self.debt_at(now, p) + u128::from(cost) * p.t();
-        *self = Gcra {
-            latest: now,
-            debt: u64::try_from(need).unwrap_or(u64::MAX),
-            ..Gcra::new(p)
-        };
-        true
     }
 
     /// Gives back `units` (the most recent bookings first), never below empty, and answers
@@ -217,6 +153,65 @@ impl Gcra {
         } else {
             (debt * p.t()).div_ceil(old.t())
         }
+    }
+}
+
+impl Limit for Gcra {
+    type Params = Params;
+
+    /// When the bucket is back to empty if nothing else arrives; `None` when it already is.
+    fn empty_at(&self) -> Option<Millis> {
+        (self.debt > 0).then(|| self.latest + self.params().ms_ceil(u128::from(self.debt)))
+    }
+
+    /// The answer to `cost` units at `now` under `p`, changing nothing.
+    fn evaluate(&self, now: Millis, p: &Params, cost: u64) -> Decision {
+        let now = now.max(self.latest);
+        let debt = self.debt_at(now, p);
+        let need = debt + u128::from(cost) * p.t();
+        let capacity = p.capacity();
+        let allowed = need <= capacity;
+        let after = if allowed { need } else { debt };
+        let burst_ticks = u128::from(p.burst) * p.t();
+        let retry_after = if allowed {
+            // A `COST 0` call books nothing, so nothing waits.
+            match need.saturating_sub(burst_ticks) {
+                _ if cost == 0 => Wait::None,
+                0 => Wait::None,
+                delay => Wait::Ms(p.ms_ceil(delay)),
+            }
+        } else if u128::from(cost) * p.t() > capacity {
+            Wait::Never
+        } else {
+            Wait::Ms(p.ms_ceil(need - capacity))
+        };
+        Decision {
+            allowed,
+            limit: clamp(capacity / p.t()),
+            remaining: clamp((capacity - after.min(capacity)) / p.t()),
+            retry_after,
+            reset_after_ms: p.ms_ceil(after),
+        }
+    }
+
+    /// Books `cost` units at `now` under `p` without checking: the effect of a decision taken
+    /// already. Returns false, changing nothing, for parameters out of range.
+    fn record(&mut self, now: Millis, p: &Params, cost: u64) -> bool {
+        if !p.valid() || now > MAX_TIMESTAMP {
+            return false;
+        }
+        let now = now.max(self.latest);
+        let need = self.debt_at(now, p) + u128::from(cost) * p.t();
+        *self = Gcra {
+            latest: now,
+            debt: u64::try_from(need).unwrap_or(u64::MAX),
+            ..Gcra::new(p)
+        };
+        true
+    }
+
+    fn latest(&self) -> Millis {
+        self.latest
     }
 }
 

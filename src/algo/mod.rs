@@ -71,3 +71,33 @@ impl Decision {
         ]
     }
 }
+
+/// What every limiter offers the command layer. `evaluate` decides without changing
+/// anything; `record` applies a decision already taken (by this server, or by the primary for
+/// a replica); `acquire` is the two together.
+pub trait Limit {
+    /// The parameters of one call.
+    type Params: ?Sized;
+
+    /// The answer to `cost` units at `now` under `p`. Never changes the state.
+    fn evaluate(&self, now: Millis, p: &Self::Params, cost: u64) -> Decision;
+
+    /// Records `cost` units at `now` under `p` without checking any limit. Returns false,
+    /// changing nothing, when the record would break the limiter's invariants.
+    fn record(&mut self, now: Millis, p: &Self::Params, cost: u64) -> bool;
+
+    /// When the limiter is back to empty if nothing else arrives; `None` when it is empty.
+    fn empty_at(&self) -> Option<Millis>;
+
+    /// The latest time seen; an earlier call counts as happening then.
+    fn latest(&self) -> Millis;
+
+    /// Decides, and records the request when it is allowed (and costs something).
+    fn acquire(&mut self, now: Millis, p: &Self::Params, cost: u64) -> Decision {
+        let decision = self.evaluate(now, p, cost);
+        if decision.allowed && cost > 0 {
+            self.record(now, p, cost);
+        }
+        decision
+    }
+}

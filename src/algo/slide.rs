@@ -14,7 +14,7 @@
 
 use std::collections::VecDeque;
 
-use super::{Decision, Millis, Wait, Window, MAX_TIMESTAMP};
+use super::{Decision, Limit, Millis, Wait, Window, MAX_TIMESTAMP};
 
 /// Windows one call may check at once.
 pub const MAX_WINDOWS: usize = 8;
@@ -110,11 +110,6 @@ impl SlidingLog {
         &self.windows
     }
 
-    /// The latest time this log has seen; earlier calls count as happening then.
-    pub fn latest(&self) -> Millis {
-        self.latest
-    }
-
     /// No units are recorded.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
@@ -134,125 +129,6 @@ impl SlidingLog {
     pub fn heap_size(&self) -> usize {
         self.windows.capacity() * std::mem::size_of::<Window>()
             + self.entries.capacity() * std::mem::size_of::<Entry>()
-    }
-
-    /// When the log will be empty if nothing else arrives: the newest record leaves the longest
-    /// window of the current parameters. `None` when nothing is recorded.
-    pub fn empty_at(&self) -> Option<Millis> {
-        let newest = self.entries.back()?;
-        Some(self.base + u64::from(newest.at) + longest(&self.windows))
-    }
-
-    /// Checks a request of `cost` units at `now` against every window and records it in all of
-    /// them when it fits everywhere. Refused requests and `cost == 0` change nothing.
-    pub fn acquire(&mut self, now: Millis, windows: &[Window], cost: u64) -> Decision {
-        let now = now.max(self.latest);
-        let decision = self.evaluate(now, windows, cost);
-        if decision.allowed && cost > 0 {
-            self.record(now, windows, cost);
-        }
-        decision
-    }
-
-    /// The answer to `cost` units at `now` under `windows`, without recording anything.
-    pub fn evaluate(&self, now: Millis, windows: &[Window], cost: u64) -> Decision {
-        let now = now.max(self.latest);
-        let mut allowed = true;
-        // (remaining, window, limit) of the tightest window, ties going to the longer window
-        // (its reset is the one worth reporting), and (wait, limit) of the slowest one.
-        let mut tightest: Option<(u64, u64, u64)> = None;
-        let mut slowest: Option<(Wait, u64)> = None;
-        for w in windows {
-            let (start, used) = self.used(now, w.window_ms);
-            let fits = used.saturating_add(cost) <= w.limit;
-            allowed &= fits;
-            let remaining = w.limit.saturating_sub(used);
-            if tightest
-                .is_none_or(|(r, ms, _)| remaining < r || (remaining == r && w.window_ms > ms))
-            {
-                tightest = Some((remaining, w.window_ms, w.limit));
-            }
-            if !fits {
-                let wait = self.wait(now, w, start, used, cost);
-                if slowest.is_none_or(|(s, _)| later(wait, s)) {
-                    slowest = Some((wait, w.limit));
-                }
-            }
-        }
-        let (remaining, _, tight_limit) = tightest.unwrap_or((0, 0, 0));
-        let reset_after_ms = if allowed && cost > 0 {
-            longest(windows)
-        } else {
-            self.reset_after(now, windows)
-        };
-        match slowest {
-            Some((wait, limit)) if !allowed => Decision {
-                allowed: false,
-                limit,
-                remaining,
-                retry_after: wait,
-                reset_after_ms,
-            },
-            _ => Decision {
-                allowed: true,
-                limit: tight_limit,
-                remaining: remaining.saturating_sub(cost),
-                retry_after: Wait::None,
-                reset_after_ms,
-            },
-        }
-    }
-
-    /// Records `cost` units at `now` under `windows` without checking any limit: the effect of
-    /// a decision already taken (by this server, or by the primary for a replica). Returns
-    /// false, changing nothing, when the record would break the log's invariants.
-    pub fn record(&mut self, now: Millis, windows: &[Window], cost: u64) -> bool {
-        let now = now.max(self.latest);
-        if windows.is_empty() || now > MAX_TIMESTAMP || !windows.iter().all(valid_window) {
-            return false;
-        }
-        let (first_kept, kept_units) = self.used(now, longest(windows));
-        if kept_units.saturating_add(cost) > MAX_LIMIT {
-            return false;
-        }
-        if self.windows != windows {
-            self.windows = windows.to_vec();
-        }
-        self.latest = now;
-        if cost == 0 {
-            return true;
-        }
-        if first_kept > 0 {
-            self.before_front = self.entries[first_kept - 1].cum;
-            self.entries.drain(..first_kept);
-            // Memory follows what is recorded: give back room after a burst has left.
-            if self.entries.capacity() > 64 && self.entries.len() < self.entries.capacity() / 4 {
-                self.entries.shrink_to(self.entries.len() * 2);
-            }
-        }
-        let cost32 = cost as u32; // cost <= MAX_LIMIT, checked above
-        match self.entries.back_mut() {
-            Some(back) if self.base + u64::from(back.at) == now => {
-                back.cum = back.cum.wrapping_add(cost32);
-                return true;
-            }
-            _ => {}
-        }
-        let cum = self
-            .entries
-            .back()
-            .map_or(self.before_front, |e| e.cum)
-            .wrapping_add(cost32);
-        if self.entries.is_empty() {
-            self.base = now;
-        } else if now - self.base > u64::from(u32::MAX) {
-            self.rebase();
-        }
-        self.entries.push_back(Entry {
-            at: (now - self.base) as u32,
-            cum,
-        });
-        true
     }
 
     /// Gives back up to `units` of the newest recorded units (never below empty), then answers
@@ -343,6 +219,123 @@ impl SlidingLog {
             e.at -= shift;
         }
         self.base += u64::from(shift);
+    }
+}
+
+/// Checks a request against every window at once and records it in all of them, or in none.
+impl Limit for SlidingLog {
+    type Params = [Window];
+
+    /// When the log will be empty if nothing else arrives: the newest record leaves the longest
+    /// window of the current parameters. `None` when nothing is recorded.
+    fn empty_at(&self) -> Option<Millis> {
+        let newest = self.entries.back()?;
+        Some(self.base + u64::from(newest.at) + longest(&self.windows))
+    }
+
+    /// The answer to `cost` units at `now` under `windows`, without recording anything.
+    fn evaluate(&self, now: Millis, windows: &[Window], cost: u64) -> Decision {
+        let now = now.max(self.latest);
+        let mut allowed = true;
+        // (remaining, window, limit) of the tightest window, ties going to the longer window
+        // (its reset is the one worth reporting), and (wait, limit) of the slowest one.
+        let mut tightest: Option<(u64, u64, u64)> = None;
+        let mut slowest: Option<(Wait, u64)> = None;
+        for w in windows {
+            let (start, used) = self.used(now, w.window_ms);
+            let fits = used.saturating_add(cost) <= w.limit;
+            allowed &= fits;
+            let remaining = w.limit.saturating_sub(used);
+            if tightest
+                .is_none_or(|(r, ms, _)| remaining < r || (remaining == r && w.window_ms > ms))
+            {
+                tightest = Some((remaining, w.window_ms, w.limit));
+            }
+            if !fits {
+                let wait = self.wait(now, w, start, used, cost);
+                if slowest.is_none_or(|(s, _)| later(wait, s)) {
+                    slowest = Some((wait, w.limit));
+                }
+            }
+        }
+        let (remaining, _, tight_limit) = tightest.unwrap_or((0, 0, 0));
+        let reset_after_ms = if allowed && cost > 0 {
+            longest(windows)
+        } else {
+            self.reset_after(now, windows)
+        };
+        match slowest {
+            Some((wait, limit)) if !allowed => Decision {
+                allowed: false,
+                limit,
+                remaining,
+                retry_after: wait,
+                reset_after_ms,
+            },
+            _ => Decision {
+                allowed: true,
+                limit: tight_limit,
+                remaining: remaining.saturating_sub(cost),
+                retry_after: Wait::None,
+                reset_after_ms,
+            },
+        }
+    }
+
+    /// Records `cost` units at `now` under `windows` without checking any limit: the effect of
+    /// a decision already taken (by this server, or by the primary for a replica). Returns
+    /// false, changing nothing, when the record would break the log's invariants.
+    fn record(&mut self, now: Millis, windows: &[Window], cost: u64) -> bool {
+        let now = now.max(self.latest);
+        if windows.is_empty() || now > MAX_TIMESTAMP || !windows.iter().all(valid_window) {
+            return false;
+        }
+        let (first_kept, kept_units) = self.used(now, longest(windows));
+        if kept_units.saturating_add(cost) > MAX_LIMIT {
+            return false;
+        }
+        if self.windows != windows {
+            self.windows = windows.to_vec();
+        }
+        self.latest = now;
+        if cost == 0 {
+            return true;
+        }
+        if first_kept > 0 {
+            self.before_front = self.entries[first_kept - 1].cum;
+            self.entries.drain(..first_kept);
+            // Memory follows what is recorded: give back room after a burst has left.
+            if self.entries.capacity() > 64 && self.entries.len() < self.entries.capacity() / 4 {
+                self.entries.shrink_to(self.entries.len() * 2);
+            }
+        }
+        let cost32 = cost as u32; // cost <= MAX_LIMIT, checked above
+        match self.entries.back_mut() {
+            Some(back) if self.base + u64::from(back.at) == now => {
+                back.cum = back.cum.wrapping_add(cost32);
+                return true;
+            }
+            _ => {}
+        }
+        let cum = self
+            .entries
+            .back()
+            .map_or(self.before_front, |e| e.cum)
+            .wrapping_add(cost32);
+        if self.entries.is_empty() {
+            self.base = now;
+        } else if now - self.base > u64::from(u32::MAX) {
+            self.rebase();
+        }
+        self.entries.push_back(Entry {
+            at: (now - self.base) as u32,
+            cum,
+        });
+        true
+    }
+
+    fn latest(&self) -> Millis {
+        self.latest
     }
 }
 

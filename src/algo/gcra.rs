@@ -14,7 +14,8 @@
 //! - refused otherwise, and then it changes nothing.
 //!
 //! Invariants: the parameters are within the ranges below, so that `burst·T + max_delay` in
-//! ticks, and hence every debt, fits in a `u64` (the arithmetic itself is done in `u128`).
+//! ticks fits in a `u64` and the hot path needs no 128-bit division; overflowing requests are
+//! detected with checked arithmetic.
 
 use super::{Decision, Limit, Millis, Wait, MAX_TIMESTAMP};
 
@@ -45,22 +46,21 @@ impl Params {
     }
 
     /// One unit's interval, in ticks.
-    fn t(&self) -> u128 {
-        u128::from(self.window_ms)
+    fn t(&self) -> u64 {
+        self.window_ms
     }
 
-    /// The most debt a request may leave: the burst plus the longest delay, in ticks.
-    fn capacity(&self) -> u128 {
-        u128::from(self.burst) * self.t() + u128::from(self.max_delay_ms) * self.ticks_per_ms()
-    }
-
-    fn ticks_per_ms(&self) -> u128 {
-        u128::from(self.limit)
+    /// The most debt a request may leave: the burst plus the longest delay, in ticks. Within
+    /// the accepted ranges this is below 1.2e19, so it fits.
+    fn capacity(&self) -> u64 {
+        self.burst
+            .saturating_mul(self.t())
+            .saturating_add(self.max_delay_ms.saturating_mul(self.limit))
     }
 
     /// `ticks` as whole milliseconds, rounded up: never tells a caller to act too early.
-    fn ms_ceil(&self, ticks: u128) -> u64 {
-        u64::try_from(ticks.div_ceil(self.ticks_per_ms())).unwrap_or(u64::MAX)
+    fn ms_ceil(&self, ticks: u64) -> u64 {
+        ticks.div_ceil(self.limit.max(1))
     }
 }
 
@@ -128,11 +128,10 @@ impl Gcra {
     pub fn refund(&mut self, now: Millis, units: u64) -> Decision {
         let now = now.max(self.latest);
         let p = self.params();
-        let debt = self
+        self.debt = self
             .debt_at(now, &p)
-            .saturating_sub(u128::from(units) * p.t());
+            .saturating_sub(units.saturating_mul(p.t()));
         self.latest = now;
-        self.debt = u64::try_from(debt).unwrap_or(u64::MAX);
         self.peek(now)
     }
 
@@ -144,15 +143,16 @@ impl Gcra {
     /// The debt at `now` (at least `latest`), in ticks of `p`. When `p` differs from the
     /// stored parameters, the units owed carry over and are re-timed at the new rate
     /// (rounded up, so a change never hands out a fraction of a unit for free).
-    fn debt_at(&self, now: Millis, p: &Params) -> u128 {
-        let old = self.params();
-        let elapsed = u128::from(now - self.latest) * old.ticks_per_ms();
-        let debt = u128::from(self.debt).saturating_sub(elapsed);
-        if old.window_ms == p.window_ms {
-            debt
-        } else {
-            (debt * p.t()).div_ceil(old.t())
+    fn debt_at(&self, now: Millis, p: &Params) -> u64 {
+        let elapsed = (now - self.latest).saturating_mul(u64::from(self.limit));
+        let debt = self.debt.saturating_sub(elapsed);
+        let old_window = u64::from(self.window_ms);
+        if old_window == p.window_ms || debt == 0 {
+            return debt;
         }
+        // Rare (a change of window), so 128 bits are fine here.
+        let owed = (u128::from(debt) * u128::from(p.window_ms)).div_ceil(u128::from(old_window));
+        u64::try_from(owed).unwrap_or(u64::MAX)
     }
 }
 
@@ -161,50 +161,57 @@ impl Limit for Gcra {
 
     /// When the bucket is back to empty if nothing else arrives; `None` when it already is.
     fn empty_at(&self) -> Option<Millis> {
-        (self.debt > 0).then(|| self.latest + self.params().ms_ceil(u128::from(self.debt)))
+        (self.debt > 0).then(|| self.latest + self.params().ms_ceil(self.debt))
     }
 
     /// The answer to `cost` units at `now` under `p`, changing nothing.
     fn evaluate(&self, now: Millis, p: &Params, cost: u64) -> Decision {
         let now = now.max(self.latest);
         let debt = self.debt_at(now, p);
-        let need = debt + u128::from(cost) * p.t();
         let capacity = p.capacity();
-        let allowed = need <= capacity;
-        let after = if allowed { need } else { debt };
-        let burst_ticks = u128::from(p.burst) * p.t();
-        let retry_after = if allowed {
-            // A `COST 0` call books nothing, so nothing waits.
-            match need.saturating_sub(burst_ticks) {
-                _ if cost == 0 => Wait::None,
-                0 => Wait::None,
-                delay => Wait::Ms(p.ms_ceil(delay)),
+        // `None` when the request alone, or with the debt, is beyond any capacity.
+        let units = cost.checked_mul(p.t());
+        let need = units.and_then(|u| debt.checked_add(u));
+        let allowed = need.is_some_and(|n| n <= capacity);
+        let retry_after = match (units, need) {
+            (Some(_), Some(need)) if allowed => {
+                // A `COST 0` call books nothing, so nothing waits.
+                match need.saturating_sub(p.burst * p.t()) {
+                    _ if cost == 0 => Wait::None,
+                    0 => Wait::None,
+                    delay => Wait::Ms(p.ms_ceil(delay)),
+                }
             }
-        } else if u128::from(cost) * p.t() > capacity {
-            Wait::Never
-        } else {
-            Wait::Ms(p.ms_ceil(need - capacity))
+            (Some(units), _) if units <= capacity => {
+                // need - capacity, without forming `need`, which may not fit.
+                Wait::Ms(p.ms_ceil(debt - (capacity - units)))
+            }
+            _ => Wait::Never,
+        };
+        let after = match need {
+            Some(need) if allowed => need,
+            _ => debt,
         };
         Decision {
             allowed,
-            limit: clamp(capacity / p.t()),
-            remaining: clamp((capacity - after.min(capacity)) / p.t()),
+            limit: capacity / p.t(),
+            remaining: (capacity - after.min(capacity)) / p.t(),
             retry_after,
             reset_after_ms: p.ms_ceil(after),
         }
     }
 
-    /// Books `cost` units at `now` under `p` without checking: the effect of a decision taken
-    /// already. Returns false, changing nothing, for parameters out of range.
     fn record(&mut self, now: Millis, p: &Params, cost: u64) -> bool {
         if !p.valid() || now > MAX_TIMESTAMP {
             return false;
         }
         let now = now.max(self.latest);
-        let need = self.debt_at(now, p) + u128::from(cost) * p.t();
+        let need = self
+            .debt_at(now, p)
+            .saturating_add(cost.saturating_mul(p.t()));
         *self = Gcra {
             latest: now,
-            debt: u64::try_from(need).unwrap_or(u64::MAX),
+            debt: need,
             ..Gcra::new(p)
         };
         true
@@ -213,10 +220,6 @@ impl Limit for Gcra {
     fn latest(&self) -> Millis {
         self.latest
     }
-}
-
-fn clamp(v: u128) -> u64 {
-    u64::try_from(v).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

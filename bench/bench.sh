@@ -229,6 +229,9 @@ run_case() { # index
     if [[ ${words[w]} =~ ^@([A-Za-z0-9_.-]+)@$ ]]; then words[w]=$(script_sha "${BASH_REMATCH[1]}"); fi
   done
   read -r -a opts <<<"${OPTS[i]}"
+  # Every case starts from an empty dataset, so earlier cases' keys (and their expiry)
+  # do not weigh on it.
+  rcli FLUSHALL >/dev/null
   rcli CONFIG RESETSTAT >/dev/null
   out=$(timeout "$CASE_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "$PORT" \
     -P "$PIPELINE" -c "$CLIENTS" -n "$n" --csv "${opts[@]}" "${words[@]}" 2>&1) || rc=$?

@@ -451,3 +451,38 @@ fn rate_extremes(server: Server) {
     assert_eq!(rl(&mut c, &fast(0, 1)), [0, 1000, 0, 1, 1]);
     assert_eq!(rl(&mut c, &fast(1, 1000)), [1, 1000, 0, 0, 1]);
 }
+
+/// Every limiter command: `COST 0` on a missing key creates nothing; a refused call and a
+/// `COST 0` call change nothing (same digest, same expiry); a cost beyond what the limiter
+/// can ever hold answers -1.
+#[rstest]
+#[case("RL.SLIDE {} 2 60000")]
+#[case("RL.TOKEN {} 2 60000")]
+#[case("RL.LEAKY {} 2 60000 MAXDELAY 0 BURST 2")]
+fn every_limiter_follows_the_contract(server: Server, #[case] template: &str) {
+    let mut c = server.conn();
+    let t = unix_ms();
+    let call = |key: &str, extra: &str| format!("{} {extra} NOW {t}", template.replace("{}", key));
+    assert_eq!(rl(&mut c, &call("fresh", "COST 0"))[0], 1);
+    assert_eq!(int(&mut c, &["EXISTS", "fresh"]), 0, "COST 0 created a key");
+    assert_eq!(rl(&mut c, &call("big", "COST 3"))[3], -1);
+    assert_eq!(
+        int(&mut c, &["EXISTS", "big"]),
+        0,
+        "a refused call created a key"
+    );
+    assert_eq!(rl(&mut c, &call("k", "COST 2"))[0], 1);
+    let (before, expiry) = (digest(&mut c, "k"), int(&mut c, &["PEXPIRETIME", "k"]));
+    let refused = rl(&mut c, &call("k", ""));
+    assert_eq!(refused[0], 0, "{refused:?}");
+    assert!(refused[3] > 0, "{refused:?}");
+    rl(&mut c, &call("k", "COST 0"));
+    assert_eq!(digest(&mut c, "k"), before);
+    assert_eq!(int(&mut c, &["PEXPIRETIME", "k"]), expiry);
+    // The key's PTTL is the reply's reset_after_ms.
+    let pttl = int(&mut c, &["PTTL", "k"]);
+    assert!(
+        pttl <= refused[4] && pttl > refused[4] - 2000,
+        "{pttl} vs {refused:?}"
+    );
+}

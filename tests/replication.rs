@@ -68,12 +68,20 @@ fn refused_calls_replicate_nothing() {
             .and_then(|v| v.trim().parse().ok())
             .unwrap()
     };
+    rl(&mut p, "RL.TOKEN tonce 1 60000");
+    rl(&mut p, "RL.LEAKY lonce 1 60000 MAXDELAY 0");
+    sync(&mut p);
     let before = offset(&mut p);
     for _ in 0..50 {
         assert_eq!(rl(&mut p, "RL.SLIDE once 1 60000")[0], 0);
+        assert_eq!(rl(&mut p, "RL.TOKEN tonce 1 60000")[0], 0);
+        assert_eq!(rl(&mut p, "RL.LEAKY lonce 1 60000 MAXDELAY 0")[0], 0);
         rl(&mut p, "RL.SLIDE once 1 60000 COST 0");
-        rl(&mut p, "RL.PEEK once");
-        rl(&mut p, "RL.REFUND once COST 0");
+        rl(&mut p, "RL.TOKEN tonce 1 60000 COST 0");
+        for key in ["once", "tonce", "lonce"] {
+            rl(&mut p, &format!("RL.PEEK {key}"));
+            rl(&mut p, &format!("RL.REFUND {key} COST 0"));
+        }
     }
     assert_eq!(
         offset(&mut p),

@@ -96,9 +96,14 @@ done
 
 # ---------------------------------------------------------------------------------------
 # Server: one redis-server on a free loopback port; the trap stops it and removes the temp
-# dir whatever happens.
+# dir whatever happens. With two or more CPUs, the server and redis-benchmark are pinned to
+# different ones (taskset), so they do not take turns on the same core.
 # ---------------------------------------------------------------------------------------
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/rl-bench.XXXXXX")
+PIN_SERVER=() PIN_CLIENT=()
+if command -v taskset >/dev/null && (($(nproc) >= 2)); then
+  PIN_SERVER=(taskset -c 0) PIN_CLIENT=(taskset -c 1)
+fi
 SERVER_PID=
 PORT=
 
@@ -131,7 +136,7 @@ start_server() {
     PORT=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
     [[ $PORT == 6379 ]] && continue
     port_free "$PORT" || continue
-    redis-server --port "$PORT" --bind 127.0.0.1 --dir "$TMP" \
+    "${PIN_SERVER[@]}" redis-server --port "$PORT" --bind 127.0.0.1 --dir "$TMP" \
       --loadmodule "$MODULE" --save "" --appendonly no \
       --logfile "$TMP/redis.log" >/dev/null 2>&1 &
     SERVER_PID=$!
@@ -233,7 +238,7 @@ run_case() { # index
   # do not weigh on it.
   rcli FLUSHALL >/dev/null
   rcli CONFIG RESETSTAT >/dev/null
-  out=$(timeout "$CASE_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "$PORT" \
+  out=$(timeout "$CASE_TIMEOUT" "${PIN_CLIENT[@]}" redis-benchmark -h 127.0.0.1 -p "$PORT" \
     -P "$PIPELINE" -c "$CLIENTS" -n "$n" --csv "${opts[@]}" "${words[@]}" 2>&1) || rc=$?
   ((rc != 124)) || die "case ${NAMES[i]}: redis-benchmark did not finish in ${CASE_TIMEOUT}s (BENCH_TIMEOUT)"
   ((rc == 0)) || die "case ${NAMES[i]}: redis-benchmark failed (exit $rc): $out"
@@ -356,7 +361,7 @@ git -C "$ROOT" diff --quiet HEAD 2>/dev/null || commit+=" (modified)"
 echo "produced by: ${ENV_USED}bench/bench.sh   (make bench)"
 echo "server:      redis-server $SERVER_VERSION ($(redis-server --version | sed -E 's/^Redis server //'))"
 echo "module:      $MODULE, commit $commit"
-echo "machine:     $(nproc) CPUs, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || uname -m), $(uname -sr); client and server on the same host"
+echo "machine:     $(nproc) CPUs, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || uname -m), $(uname -sr); client and server on the same host${PIN_CLIENT:+, pinned to CPUs 1 and 0}"
 echo "load avg:    $LOAD_BEFORE before, $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown) after (1, 5, 15 min)"
 
 any_error=0

@@ -132,44 +132,51 @@ pub fn slide(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
 
 pub fn token(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
     let req = args::token(args)?;
-    let p = req.params;
-    let call = Call {
-        kind: Kind::Token,
-        params: &p,
-        cost: req.options.cost,
-        now: req.options.now,
-        positional: 3,
-        resolved: &[(&api::BURST, p.burst)],
-    };
-    limit(
-        ctx,
-        args,
-        call,
-        || Gcra::new(&p),
-        Limiter::Token,
-        Limiter::token_mut,
-    )
+    let resolved = [(&api::BURST, req.params.burst)];
+    let shape = (
+        Kind::Token,
+        Limiter::Token as fn(Gcra) -> Limiter,
+        Limiter::token_mut as _,
+    );
+    bucket(ctx, args, req, &resolved, shape)
 }
 
 pub fn leaky(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
     let req = args::leaky(args)?;
     let p = req.params;
+    let resolved = [(&api::MAXDELAY, p.max_delay_ms), (&api::BURST, p.burst)];
+    let shape = (
+        Kind::Leaky,
+        Limiter::Leaky as fn(Gcra) -> Limiter,
+        Limiter::leaky_mut as _,
+    );
+    bucket(ctx, args, req, &resolved, shape)
+}
+
+/// `RL.TOKEN` and `RL.LEAKY`: the same core under two kinds of key.
+type BucketShape = (
+    Kind,
+    fn(Gcra) -> Limiter,
+    fn(&mut Limiter) -> Option<&mut Gcra>,
+);
+
+fn bucket(
+    ctx: &Context,
+    args: &[Arg],
+    req: args::Rate,
+    resolved: &[(&api::Keyword, u64)],
+    (kind, wrap, unwrap): BucketShape,
+) -> Result<Reply, Error> {
+    let p = req.params;
     let call = Call {
-        kind: Kind::Leaky,
+        kind,
         params: &p,
         cost: req.options.cost,
         now: req.options.now,
         positional: 3,
-        resolved: &[(&api::MAXDELAY, p.max_delay_ms), (&api::BURST, p.burst)],
+        resolved,
     };
-    limit(
-        ctx,
-        args,
-        call,
-        || Gcra::new(&p),
-        Limiter::Leaky,
-        Limiter::leaky_mut,
-    )
+    limit(ctx, args, call, || Gcra::new(&p), wrap, unwrap)
 }
 
 pub fn peek(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {

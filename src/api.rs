@@ -25,6 +25,11 @@ impl Arg {
     pub fn raw(self) -> *mut raw::RedisModuleString {
         self.0
     }
+
+    /// A keyword string made at load time, passed along with client arguments.
+    pub fn keyword(k: &Keyword) -> Arg {
+        Arg(k.raw())
+    }
 }
 
 impl AsBytes for Arg {
@@ -151,10 +156,11 @@ pub static COST: Keyword = Keyword::new(c"COST");
 pub static NOW: Keyword = Keyword::new(c"NOW");
 pub static BURST: Keyword = Keyword::new(c"BURST");
 pub static MAXDELAY: Keyword = Keyword::new(c"MAXDELAY");
+pub static ALIGN: Keyword = Keyword::new(c"ALIGN");
 
 /// Creates every keyword string; called once from the module's load function.
 pub fn init_keywords() {
-    for k in [&COST, &NOW, &BURST, &MAXDELAY] {
+    for k in [&COST, &NOW, &BURST, &MAXDELAY, &ALIGN] {
         k.init();
     }
 }
@@ -165,7 +171,7 @@ pub fn init_keywords() {
 /// itself, often as shared integers.
 pub fn replicate_at(
     ctx: &Context,
-    command: &str,
+    command: &CStr,
     args: &[Arg],
     options: &[(&Keyword, u64)],
     cost: u64,
@@ -182,9 +188,6 @@ pub fn replicate_at(
         *slot = (k, v);
     }
     let n = options.len() + 2;
-    let Ok(name) = std::ffi::CString::new(command) else {
-        return;
-    };
     if n > pairs.len() || pairs[..n].iter().any(|(k, _)| k.is_null()) {
         ctx.log_warning("ratelimit: keywords missing; change not replicated");
         return;
@@ -192,53 +195,33 @@ pub fn replicate_at(
     let Some(rep) = (unsafe { raw::RedisModule_Replicate }) else {
         return;
     };
+    if args.iter().any(|a| a.raw().is_null()) {
+        ctx.log_warning("ratelimit: a keyword is missing; change not replicated");
+        return;
+    }
+    // One call for every shape: the format consumes the array and then `n` string/number
+    // pairs; C variadic functions ignore the arguments a format does not consume.
+    const FORMATS: [&CStr; 5] = [c"v", c"vsl", c"vslsl", c"vslslsl", c"vslslslsl"];
+    let format = FORMATS[n.min(4)];
     let [(k0, v0), (k1, v1), (k2, v2), (k3, v3)] = pairs;
-    let (argv, argc) = (args.as_ptr(), args.len());
-    // SAFETY: each format takes (array of live strings, its length) and then, per option, a
-    // string and a long long; Arg is a transparent wrapper of a string pointer. The format
-    // is chosen by how many option pairs are filled in.
+    // SAFETY: the format takes (array of live strings, its length) and then, per pair, a
+    // live string and a long long; Arg is a transparent wrapper of a string pointer.
     unsafe {
-        match n {
-            2 => rep(
-                ctx.ctx,
-                name.as_ptr(),
-                c"vslsl".as_ptr(),
-                argv,
-                argc,
-                k0,
-                v0,
-                k1,
-                v1,
-            ),
-            3 => rep(
-                ctx.ctx,
-                name.as_ptr(),
-                c"vslslsl".as_ptr(),
-                argv,
-                argc,
-                k0,
-                v0,
-                k1,
-                v1,
-                k2,
-                v2,
-            ),
-            _ => rep(
-                ctx.ctx,
-                name.as_ptr(),
-                c"vslslslsl".as_ptr(),
-                argv,
-                argc,
-                k0,
-                v0,
-                k1,
-                v1,
-                k2,
-                v2,
-                k3,
-                v3,
-            ),
-        };
+        rep(
+            ctx.ctx,
+            command.as_ptr(),
+            format.as_ptr(),
+            args.as_ptr(),
+            args.len(),
+            k0,
+            v0,
+            k1,
+            v1,
+            k2,
+            v2,
+            k3,
+            v3,
+        );
     }
 }
 

@@ -3,6 +3,7 @@
 //! Parsing works on byte slices so that it is unit-tested without a server; `args[0]` is the
 //! command name and `args[1]` the key in every function here.
 
+use crate::algo::fixed;
 use crate::algo::gcra::{self, Params, MAX_RATE_LIMIT};
 use crate::algo::slide::{MAX_LIMIT, MAX_WINDOWS, MAX_WINDOW_MS};
 use crate::algo::{Millis, Window, MAX_TIMESTAMP};
@@ -81,6 +82,40 @@ pub fn leaky<A: AsBytes>(args: &[A]) -> Result<Rate, Error> {
             window_ms,
             burst: opts[Opt::Burst as usize].unwrap_or(1),
             max_delay_ms: opts[Opt::MaxDelay as usize].unwrap_or(window_ms),
+        },
+        options: Options::from(opts),
+    })
+}
+
+/// `RL.FIXED key limit window_ms [ALIGN] [COST n] [NOW ms]`
+#[derive(Debug, PartialEq, Eq)]
+pub struct Fixed {
+    pub params: fixed::Params,
+    pub options: Options,
+}
+
+pub fn fixed<A: AsBytes>(args: &[A]) -> Result<Fixed, Error> {
+    let limit = int(
+        args.get(2).ok_or(Error::Arity)?,
+        "limit",
+        1,
+        fixed::MAX_LIMIT,
+    )?;
+    let window_ms = int(
+        args.get(3).ok_or(Error::Arity)?,
+        "window_ms",
+        1,
+        fixed::MAX_WINDOW_MS,
+    )?;
+    let opts = options(
+        args.get(4..).unwrap_or_default(),
+        &[Opt::Align, Opt::Cost, Opt::Now],
+    )?;
+    Ok(Fixed {
+        params: fixed::Params {
+            limit,
+            window_ms,
+            align: opts[Opt::Align as usize].is_some(),
         },
         options: Options::from(opts),
     })
@@ -169,18 +204,21 @@ enum Opt {
     Now,
     Burst,
     MaxDelay,
+    /// A flag: it takes no value.
+    Align,
 }
 
-/// Each option's keyword and range.
-const OPTS: [(Opt, &str, u64, u64); 4] = [
+/// Each option's keyword and range; a flag's range is empty.
+const OPTS: [(Opt, &str, u64, u64); 5] = [
     (Opt::Cost, "COST", 0, COST_MAX),
     (Opt::Now, "NOW", 0, MAX_TIMESTAMP),
     (Opt::Burst, "BURST", 1, MAX_RATE_LIMIT),
     (Opt::MaxDelay, "MAXDELAY", 0, gcra::MAX_WINDOW_MS),
+    (Opt::Align, "ALIGN", 1, 0),
 ];
 
-/// The value of each option given, indexed by `Opt as usize`.
-type Parsed = [Option<u64>; 4];
+/// The value of each option given (1 for a flag), indexed by `Opt as usize`.
+type Parsed = [Option<u64>; 5];
 
 impl From<Parsed> for Options {
     fn from(p: Parsed) -> Options {
@@ -193,7 +231,7 @@ impl From<Parsed> for Options {
 
 /// `KEYWORD value` pairs in any order, each of the `allowed` ones at most once.
 fn options<A: AsBytes>(args: &[A], allowed: &[Opt]) -> Result<Parsed, Error> {
-    let mut parsed: Parsed = [None; 4];
+    let mut parsed: Parsed = [None; 5];
     let mut it = args.iter();
     while let Some(name) = it.next() {
         let name = name.as_bytes();
@@ -207,6 +245,10 @@ fn options<A: AsBytes>(args: &[A], allowed: &[Opt]) -> Result<Parsed, Error> {
         let slot = &mut parsed[opt as usize];
         if slot.is_some() {
             return Err(Error::RepeatedOption(label));
+        }
+        if min > max {
+            *slot = Some(1);
+            continue;
         }
         let value = it.next().ok_or(Error::MissingValue(label))?;
         *slot = Some(int(value, label, min, max)?);
@@ -375,6 +417,22 @@ mod tests {
             })
         );
         assert_eq!(token(&call("RL.TOKEN k 1")), Err(Error::Arity));
+    }
+
+    #[test]
+    fn fixed_takes_align_as_a_flag() {
+        let f = fixed(&call("RL.FIXED k 100 60000 align COST 2")).unwrap();
+        assert!(f.params.align);
+        assert_eq!(f.options.cost, 2);
+        assert!(!fixed(&call("RL.FIXED k 100 60000")).unwrap().params.align);
+        assert_eq!(
+            fixed(&call("RL.FIXED k 100 60000 ALIGN ALIGN")),
+            Err(Error::RepeatedOption("ALIGN"))
+        );
+        assert_eq!(
+            token(&call("RL.TOKEN k 100 60000 ALIGN")),
+            Err(Error::UnknownOption("ALIGN".into()))
+        );
     }
 
     #[test]

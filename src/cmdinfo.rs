@@ -27,6 +27,7 @@ pub enum ArgKind {
     Integer,
     String,
     Block,
+    PureToken,
 }
 
 /// One command's metadata.
@@ -101,6 +102,9 @@ fn build_args(
                     ArgKind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
                     ArgKind::String => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
                     ArgKind::Block => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK,
+                    ArgKind::PureToken => {
+                        raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN
+                    }
                 },
                 key_spec_index: if matches!(a.kind, ArgKind::Key) {
                     0

@@ -8,8 +8,9 @@
 
 use redis_module::{Context, ContextFlags};
 
+use crate::algo::fixed::FixedWindow;
 use crate::algo::gcra::Gcra;
-use crate::algo::slide::SlidingLog;
+use crate::algo::slide::{SlidingLog, MAX_WINDOWS};
 use crate::algo::{Limit, Millis};
 use crate::api::{self, Arg, Reply};
 use crate::args;
@@ -59,6 +60,8 @@ struct Call<'a, P: ?Sized> {
     now: Option<Millis>,
     /// How many arguments, from the key on, the client sent positionally (replicated as is).
     positional: usize,
+    /// Flags given (replicated after the positional arguments).
+    flags: &'a [&'a api::Keyword],
     /// Options replicated with their resolved values, so replicas need no defaults.
     resolved: &'a [(&'a api::Keyword, u64)],
 }
@@ -96,11 +99,20 @@ fn limit<A: Limit>(
         key.set(wrap(limiter))?;
     }
     settle(&key, empty_at, expiring_at);
-    let positional = args.get(1..1 + call.positional).unwrap_or_default();
+    // The key and positional arguments exactly as the client sent them (validated above),
+    // then the flags.
+    let mut parts = [Arg::keyword(&api::COST); 1 + 2 * MAX_WINDOWS + 2];
+    let head = args.get(1..1 + call.positional).unwrap_or_default();
+    let flags = call.flags.iter().map(|k| Arg::keyword(k));
+    let mut n = 0;
+    for (slot, arg) in parts.iter_mut().zip(head.iter().copied().chain(flags)) {
+        *slot = arg;
+        n += 1;
+    }
     api::replicate_at(
         ctx,
-        call.kind.command(),
-        positional,
+        call.kind.command_c(),
+        &parts[..n],
         call.resolved,
         cost,
         at,
@@ -117,6 +129,7 @@ pub fn slide(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
         cost: req.options.cost,
         now: req.options.now,
         positional: 1 + 2 * windows.len(),
+        flags: &[],
         resolved: &[],
     };
     let wrap = |log| Limiter::Slide(Box::new(log));
@@ -153,6 +166,22 @@ pub fn leaky(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
     bucket(ctx, args, req, &resolved, shape)
 }
 
+pub fn fixed(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
+    let req = args::fixed(args)?;
+    let p = req.params;
+    let call = Call {
+        kind: Kind::Fixed,
+        params: &p,
+        cost: req.options.cost,
+        now: req.options.now,
+        positional: 3,
+        flags: if p.align { &[&api::ALIGN] } else { &[] },
+        resolved: &[],
+    };
+    let fresh = || FixedWindow::new(&p);
+    limit(ctx, args, call, fresh, Limiter::Fixed, Limiter::fixed_mut)
+}
+
 /// `RL.TOKEN` and `RL.LEAKY`: the same core under two kinds of key.
 type BucketShape = (
     Kind,
@@ -174,6 +203,7 @@ fn bucket(
         cost: req.options.cost,
         now: req.options.now,
         positional: 3,
+        flags: &[],
         resolved,
     };
     limit(ctx, args, call, || Gcra::new(&p), wrap, unwrap)
@@ -204,7 +234,7 @@ pub fn refund(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
     let (at, empty_at) = (limiter.latest(), limiter.empty_at());
     // May delete the key, freeing `limiter`: nothing may read it afterwards.
     settle(&key, empty_at, expiring_at);
-    api::replicate_at(ctx, "RL.REFUND", &[name], &[], opts.cost, at);
+    api::replicate_at(ctx, c"RL.REFUND", &[name], &[], opts.cost, at);
     Ok(Reply::Decision(decision))
 }
 

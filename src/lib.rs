@@ -46,10 +46,26 @@ const WINDOW: [Arg; 2] = [LIMIT, WINDOW_MS];
 
 const BURST: Arg = option("BURST", "burst");
 const MAXDELAY: Arg = option("MAXDELAY", "max-delay-ms");
+const ALIGN: Arg = Arg {
+    name: "align",
+    kind: ArgKind::PureToken,
+    token: Some("ALIGN"),
+    optional: true,
+    multiple: false,
+    sub: &[],
+};
 const LIMIT: Arg = arg("limit", ArgKind::Integer);
 const WINDOW_MS: Arg = arg("window-ms", ArgKind::Integer);
 
-static COMMANDS: [Info; 6] = [
+static COMMANDS: [Info; 7] = [
+    Info {
+        name: "RL.FIXED",
+        summary: "Fixed window counter with a stable reset: the window's end is kept in the value, so every call in one window reports the same reset time",
+        complexity: "O(1)",
+        arity: -4,
+        read_only: false,
+        args: &[KEY, LIMIT, WINDOW_MS, ALIGN, COST, NOW],
+    },
     Info {
         name: "RL.TOKEN",
         summary: "Token bucket (GCRA): limit tokens per window_ms, evenly, holding at most BURST; takes COST tokens if they are there",
@@ -129,6 +145,7 @@ macro_rules! command {
 command!(rl_slide, "RL.SLIDE", Some(&stats::SLIDE), commands::slide);
 command!(rl_token, "RL.TOKEN", Some(&stats::TOKEN), commands::token);
 command!(rl_leaky, "RL.LEAKY", Some(&stats::LEAKY), commands::leaky);
+command!(rl_fixed, "RL.FIXED", Some(&stats::FIXED), commands::fixed);
 command!(rl_peek, "RL.PEEK", Some(&stats::PEEK), commands::peek);
 command!(
     rl_refund,
@@ -149,10 +166,11 @@ type Registration = (
 const WRITE: &CStr = c"write deny-oom";
 const WRITE_ACL: &CStr = c"write ratelimit";
 
-static REGISTRY: [Registration; 6] = [
+static REGISTRY: [Registration; 7] = [
     (c"RL.SLIDE", Some(rl_slide), WRITE, WRITE_ACL),
     (c"RL.TOKEN", Some(rl_token), WRITE, WRITE_ACL),
     (c"RL.LEAKY", Some(rl_leaky), WRITE, WRITE_ACL),
+    (c"RL.FIXED", Some(rl_fixed), WRITE, WRITE_ACL),
     (c"RL.PEEK", Some(rl_peek), c"readonly", c"read ratelimit"),
     (c"RL.REFUND", Some(rl_refund), c"write", WRITE_ACL),
     (c"RL.RESTORE", Some(rl_restore), WRITE, WRITE_ACL),

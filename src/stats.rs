@@ -40,10 +40,11 @@ impl Counters {
 pub static SLIDE: Counters = Counters::new("slide");
 pub static TOKEN: Counters = Counters::new("token");
 pub static LEAKY: Counters = Counters::new("leaky");
+pub static FIXED: Counters = Counters::new("fixed");
 pub static PEEK: Counters = Counters::new("peek");
 pub static REFUND: Counters = Counters::new("refund");
 
-const ALL: [&Counters; 5] = [&SLIDE, &TOKEN, &LEAKY, &PEEK, &REFUND];
+const ALL: [&Counters; 6] = [&SLIDE, &TOKEN, &LEAKY, &FIXED, &PEEK, &REFUND];
 
 /// Writes the `ratelimit_stats` section: one line per command, like `INFO commandstats`.
 pub fn info(ctx: &InfoContext, _for_crash_report: bool) {

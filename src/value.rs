@@ -4,11 +4,13 @@
 //! - sliding log (kind 1): `latest nwindows (limit window_ms)* nrecords (delta_ms units)*`,
 //!   where the first delta is the absolute timestamp of the oldest record;
 //! - token bucket (kind 2) and leaky bucket (kind 3): `latest debt limit window_ms burst
-//!   max_delay_ms`, the debt in ticks of `1/limit` ms (see `algo::gcra`).
+//!   max_delay_ms`, the debt in ticks of `1/limit` ms (see `algo::gcra`);
+//! - fixed window (kind 4): `latest end count limit window_ms align(0|1)`.
 //!
 //! The encoding is canonical (the same logical state always gives the same bytes), so it
 //! also serves as the digest.
 
+use crate::algo::fixed::{self, FixedWindow};
 use crate::algo::gcra::{Gcra, Params};
 use crate::algo::slide::SlidingLog;
 use crate::algo::{Decision, Limit, Millis, Window};
@@ -23,6 +25,7 @@ pub enum Kind {
     Slide,
     Token,
     Leaky,
+    Fixed,
 }
 
 impl Kind {
@@ -32,6 +35,17 @@ impl Kind {
             Kind::Slide => "RL.SLIDE",
             Kind::Token => "RL.TOKEN",
             Kind::Leaky => "RL.LEAKY",
+            Kind::Fixed => "RL.FIXED",
+        }
+    }
+
+    /// [`Kind::command`] as a C string, for replication.
+    pub fn command_c(self) -> &'static std::ffi::CStr {
+        match self {
+            Kind::Slide => c"RL.SLIDE",
+            Kind::Token => c"RL.TOKEN",
+            Kind::Leaky => c"RL.LEAKY",
+            Kind::Fixed => c"RL.FIXED",
         }
     }
 
@@ -40,6 +54,7 @@ impl Kind {
             Kind::Slide => 1,
             Kind::Token => 2,
             Kind::Leaky => 3,
+            Kind::Fixed => 4,
         }
     }
 }
@@ -51,6 +66,7 @@ pub enum Limiter {
     Slide(Box<SlidingLog>),
     Token(Gcra),
     Leaky(Gcra),
+    Fixed(FixedWindow),
 }
 
 impl Limiter {
@@ -59,6 +75,7 @@ impl Limiter {
             Limiter::Slide(_) => Kind::Slide,
             Limiter::Token(_) => Kind::Token,
             Limiter::Leaky(_) => Kind::Leaky,
+            Limiter::Fixed(_) => Kind::Fixed,
         }
     }
 
@@ -83,11 +100,19 @@ impl Limiter {
         }
     }
 
+    pub fn fixed_mut(&mut self) -> Option<&mut FixedWindow> {
+        match self {
+            Limiter::Fixed(w) => Some(w),
+            _ => None,
+        }
+    }
+
     /// The answer to a `COST 0` call under the parameters last used, changing nothing.
     pub fn peek(&self, now: Millis) -> Decision {
         match self {
             Limiter::Slide(log) => log.peek(now),
             Limiter::Token(g) | Limiter::Leaky(g) => g.peek(now),
+            Limiter::Fixed(w) => w.peek(now),
         }
     }
 
@@ -96,6 +121,7 @@ impl Limiter {
         match self {
             Limiter::Slide(log) => log.refund(now, units),
             Limiter::Token(g) | Limiter::Leaky(g) => g.refund(now, units),
+            Limiter::Fixed(w) => w.refund(now, units),
         }
     }
 
@@ -104,6 +130,7 @@ impl Limiter {
         match self {
             Limiter::Slide(log) => log.latest(),
             Limiter::Token(g) | Limiter::Leaky(g) => g.latest(),
+            Limiter::Fixed(w) => w.latest(),
         }
     }
 
@@ -113,6 +140,7 @@ impl Limiter {
         match self {
             Limiter::Slide(log) => log.empty_at(),
             Limiter::Token(g) | Limiter::Leaky(g) => g.empty_at(),
+            Limiter::Fixed(w) => w.empty_at(),
         }
     }
 
@@ -121,7 +149,7 @@ impl Limiter {
         std::mem::size_of::<Self>()
             + match self {
                 Limiter::Slide(log) => std::mem::size_of::<SlidingLog>() + log.heap_size(),
-                Limiter::Token(_) | Limiter::Leaky(_) => 0,
+                Limiter::Token(_) | Limiter::Leaky(_) | Limiter::Fixed(_) => 0,
             }
     }
 
@@ -143,16 +171,28 @@ impl Limiter {
             }
             Limiter::Token(g) | Limiter::Leaky(g) => {
                 let p = g.params();
-                for v in [
+                let fields = [
                     g.latest(),
                     g.debt(),
                     p.limit,
                     p.window_ms,
                     p.burst,
                     p.max_delay_ms,
-                ] {
-                    put_varint(&mut out, v);
-                }
+                ];
+                fields.into_iter().for_each(|v| put_varint(&mut out, v));
+            }
+            Limiter::Fixed(w) => {
+                let p = w.params();
+                let count = w.count_at(w.latest());
+                let fields = [
+                    w.latest(),
+                    w.end(),
+                    count,
+                    p.limit,
+                    p.window_ms,
+                    u64::from(p.align),
+                ];
+                fields.into_iter().for_each(|v| put_varint(&mut out, v));
             }
         }
         out
@@ -199,6 +239,23 @@ impl Limiter {
                 } else {
                     Limiter::Leaky(g)
                 }
+            }
+            4 => {
+                let (latest, end, count) = (r.varint()?, r.varint()?, r.varint()?);
+                let (limit, window_ms) = (r.varint()?, r.varint()?);
+                let align = match r.varint()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(Malformed("ALIGN is 0 or 1")),
+                };
+                let p = fixed::Params {
+                    limit,
+                    window_ms,
+                    align,
+                };
+                let w =
+                    FixedWindow::from_parts(p, latest, end, count).map_err(|e| Malformed(e.0))?;
+                Limiter::Fixed(w)
             }
             _ => return Err(Malformed("unknown limiter kind")),
         };

@@ -356,6 +356,24 @@ mod tests {
         assert!(Limiter::decode(&bad).is_err());
     }
 
+    /// A version 1 fixed window, committed: latest 1000, ends at 61000, 3 of 10 used, ALIGN.
+    const FIXED_V1: &[u8] = &[1, 4, 232, 7, 200, 220, 3, 3, 10, 224, 212, 3, 1];
+
+    #[test]
+    fn reads_the_committed_version_1_fixed_window() {
+        let fixed = Limiter::decode(FIXED_V1).unwrap();
+        let Limiter::Fixed(w) = &fixed else {
+            panic!("not a fixed window: {fixed:?}");
+        };
+        assert_eq!((w.end(), w.count_at(1000)), (61_000, 3));
+        assert!(w.params().align);
+        assert_eq!(fixed.peek(1000).as_reply(), [1, 10, 7, 0, 60_000]);
+        assert_eq!(fixed.encode(), FIXED_V1);
+        let mut bad = FIXED_V1.to_vec();
+        *bad.last_mut().unwrap() = 2;
+        assert!(Limiter::decode(&bad).is_err());
+    }
+
     #[test]
     fn buckets_stay_small() {
         assert!(std::mem::size_of::<Limiter>() <= 40);

@@ -459,6 +459,8 @@ fn rate_extremes(server: Server) {
 #[case("RL.SLIDE {} 2 60000")]
 #[case("RL.TOKEN {} 2 60000")]
 #[case("RL.LEAKY {} 2 60000 MAXDELAY 0 BURST 2")]
+#[case("RL.FIXED {} 2 60000")]
+#[case("RL.FIXED {} 2 60000 ALIGN")]
 fn every_limiter_follows_the_contract(server: Server, #[case] template: &str) {
     let mut c = server.conn();
     let t = unix_ms();
@@ -484,5 +486,45 @@ fn every_limiter_follows_the_contract(server: Server, #[case] template: &str) {
     assert!(
         pttl <= refused[4] && pttl > refused[4] - 2000,
         "{pttl} vs {refused:?}"
+    );
+}
+
+#[rstest]
+fn readme_fixed_window_and_headers(server: Server) {
+    let mut c = server.conn();
+    let t = unix_ms();
+    let at = |ms: u64| format!("RL.FIXED api:acme 3 60000 NOW {}", t + ms);
+    assert_eq!(rl(&mut c, &at(0)), [1, 3, 2, 0, 60000]);
+    assert_eq!(rl(&mut c, &at(1000)), [1, 3, 1, 0, 59000]);
+    assert_eq!(rl(&mut c, &at(2000)), [1, 3, 0, 0, 58000]);
+    let refused = rl(&mut c, &at(3000));
+    assert_eq!(refused, [0, 3, 0, 57000, 57000]);
+    // Every call in the window reports the same absolute reset, and the key expires then.
+    assert_eq!(
+        int(&mut c, &["PEXPIRETIME", "api:acme"]),
+        (t + 60000) as i64
+    );
+    // The response headers, from that one reply.
+    let [_, limit, remaining, retry, reset] = refused;
+    let secs = |ms: i64| (ms + 999) / 1000;
+    assert_eq!((limit, remaining, secs(reset), secs(retry)), (3, 0, 57, 57));
+    // The window ends exactly at +60000: a new one opens there.
+    assert_eq!(rl(&mut c, &at(60000)), [1, 3, 2, 0, 60000]);
+}
+
+#[rstest]
+fn fixed_window_align(server: Server) {
+    let mut c = server.conn();
+    let t = unix_ms();
+    let day = 86_400_000;
+    let end_of_day = (t / day + 1) * day;
+    let reply = rl(
+        &mut c,
+        &format!("RL.FIXED quota:acme 1000 86400000 ALIGN NOW {t}"),
+    );
+    assert_eq!(reply, [1, 1000, 999, 0, (end_of_day - t) as i64]);
+    assert_eq!(
+        int(&mut c, &["PEXPIRETIME", "quota:acme"]),
+        end_of_day as i64
     );
 }

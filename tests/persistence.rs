@@ -27,11 +27,13 @@ fn fill(c: &mut Connection, t: u64) {
         );
     }
     rl(c, &format!("RL.REFUND leak NOW {}", t + 40));
+    rl(c, &format!("RL.FIXED fix 10 60000 COST 3 NOW {t}"));
+    rl(c, &format!("RL.FIXED fixa 10 60000 ALIGN NOW {}", t + 9));
 }
 
 /// Everything a client can see of the limiters filled by `fill`.
 fn snapshot(c: &mut Connection, t: u64) -> Vec<String> {
-    ["a", "b", "c", "tok", "leak"]
+    ["a", "b", "c", "tok", "leak", "fix", "fixa"]
         .iter()
         .map(|k| {
             format!(

@@ -23,11 +23,12 @@ fn replica_follows_a_burst_of_mixed_calls() {
     let t = unix_ms();
     for i in 0..300u64 {
         let key = format!("k{}", i % 7);
-        let line = match i % 8 {
+        let line = match i % 9 {
             // Server clock: the replica must not read its own.
             0 => format!("RL.SLIDE {key} 5 2000 20 60000"),
             6 => format!("RL.TOKEN tok{key} 5 2000 BURST 3"),
             7 => format!("RL.LEAKY leak{key} 5 2000 MAXDELAY 3000 NOW {}", t + i),
+            8 => format!("RL.FIXED fix{key} 20 60000 COST 2 ALIGN"),
             1 => format!("RL.SLIDE {key} 5 2000 20 60000 COST 2 NOW {}", t + i),
             2 => format!("RL.SLIDE {key} 5 2000 20 60000 COST 0"),
             3 => format!("RL.SLIDE {key} 8 2000 NOW {}", t + i),
@@ -41,7 +42,8 @@ fn replica_follows_a_burst_of_mixed_calls() {
     slide_in_multi_and_lua(&mut p);
     sync(&mut p);
     assert_eq!(dataset_digest(&mut r), dataset_digest(&mut p));
-    let keys = (0..7).flat_map(|i| [format!("k{i}"), format!("tokk{i}"), format!("leakk{i}")]);
+    let keys =
+        (0..7).flat_map(|i| ["k", "tokk", "leakk", "fixk"].map(|prefix| format!("{prefix}{i}")));
     for key in keys {
         assert_eq!(digest(&mut r, &key), digest(&mut p, &key), "{key}");
         assert_eq!(

@@ -48,6 +48,9 @@ CASES=(
   "token-100k-keys    | rl.token | lua-gcra-100k     | 100 | -r 100000 | RL.TOKEN t:__rand_int__ 100 60000"
   "leaky-hot-refuse   | rl.leaky | lua-leaky-refuse  | 100 |           | RL.LEAKY leak 100 60000"
   "leaky-hot-book     | rl.leaky | lua-leaky-book    | 100 |           | RL.LEAKY leakall 2000000000 1000"
+  "fixed-hot-refuse   | rl.fixed | lua-fixed-refuse  | 100 |           | RL.FIXED fix 100 60000"
+  "fixed-hot-allow    | rl.fixed | lua-fixed-allow   | 100 |           | RL.FIXED fixall 4000000000 60000"
+  "fixed-100k-keys    | rl.fixed | lua-fixed-100k    | 100 | -r 100000 | RL.FIXED f:__rand_int__ 100 60000"
   "lua-hot-refuse     | evalsha  |                   | 25  |           | EVALSHA @sliding_log@ 1 lua:hot 100 60000"
   "lua-hot-allow      | evalsha  |                   | 25  |           | EVALSHA @sliding_log@ 1 lua:hotall 4000000000 1000"
   "lua-100k-keys      | evalsha  |                   | 100 | -r 100000 | EVALSHA @sliding_log@ 1 lua:k:__rand_int__ 100 60000"
@@ -56,6 +59,9 @@ CASES=(
   "lua-gcra-100k      | evalsha  |                   | 100 | -r 100000 | EVALSHA @gcra@ 1 lua:t:__rand_int__ 100 60000 100 0"
   "lua-leaky-refuse   | evalsha  |                   | 25  |           | EVALSHA @gcra@ 1 lua:leak 100 60000 1 60000"
   "lua-leaky-book     | evalsha  |                   | 25  |           | EVALSHA @gcra@ 1 lua:leakall 2000000000 1000 1 1000"
+  "lua-fixed-refuse   | evalsha  |                   | 25  |           | EVALSHA @fixed_window@ 1 lua:fix 100 60000"
+  "lua-fixed-allow    | evalsha  |                   | 25  |           | EVALSHA @fixed_window@ 1 lua:fixall 4000000000 60000"
+  "lua-fixed-100k     | evalsha  |                   | 100 | -r 100000 | EVALSHA @fixed_window@ 1 lua:f:__rand_int__ 100 60000"
 )
 
 # Targets from the issue, checked for every case that has a 'vs' case.
@@ -287,9 +293,11 @@ MEM_ONE=$(rcli MEMORY USAGE mem:one SAMPLES 0)
 # One bucket of each kind, and the Lua GCRA's string key, under keys of the same length.
 rcli RL.TOKEN mem:tok 100 60000 >/dev/null
 rcli RL.LEAKY mem:lea 100 60000 >/dev/null
+rcli RL.FIXED mem:fix 100 60000 >/dev/null
 rcli EVALSHA "$(script_sha gcra)" 1 mem:lua 100 60000 100 0 >/dev/null
 MEM_TOKEN=$(rcli MEMORY USAGE mem:tok SAMPLES 0)
 MEM_LEAKY=$(rcli MEMORY USAGE mem:lea SAMPLES 0)
+MEM_FIXED=$(rcli MEMORY USAGE mem:fix SAMPLES 0)
 MEM_LUA_GCRA=$(rcli MEMORY USAGE mem:lua SAMPLES 0)
 MEM_Z=$(rcli MEMORY USAGE zmem SAMPLES 0)
 ZENC=$(rcli OBJECT ENCODING zmem)
@@ -341,6 +349,7 @@ awk -v rl="$MEM_RL" -v z="$MEM_Z" -v n="$MEM_REQS" -v enc="$ZENC" -v one="$MEM_O
   printf "  %-30s %8d bytes (key, value and one record)\n", "RL.SLIDE key, 1 request", one
 }'
 printf '  %-30s %8d bytes\n' "RL.TOKEN key (mem:tok)" "$MEM_TOKEN" "RL.LEAKY key (mem:lea)" "$MEM_LEAKY" \
+  "RL.FIXED key (mem:fix)" "$MEM_FIXED" \
   "Lua GCRA string key (mem:lua)" "$MEM_LUA_GCRA"
 for m in "$MEM_TOKEN" "$MEM_LEAKY"; do
   ((m <= MAX_BUCKET_BYTES)) || MISSES+=("memory: a bucket key takes $m bytes, target <= $MAX_BUCKET_BYTES")

@@ -1,10 +1,10 @@
 //! The `RL.*` handlers: parse, read the clock once, run the algorithm, set the expiry and
 //! replicate. The only module that decides what a command does to a key.
 //!
-//! Replication: a change is propagated as the same command with its options resolved and the
-//! exact decision time (`NOW`) it was taken at. A server executing a command that came from its primary or from
-//! the AOF applies it even where it would have decided otherwise, so replicas follow the
-//! primary's decisions. Refused and `COST 0` calls propagate nothing.
+//! Replication: a change is propagated as the same command with its options resolved and
+//! the exact decision time (`NOW`) it was taken at. A server executing a command that came
+//! from its primary or from the AOF applies it even where it would have decided otherwise,
+//! so replicas follow the primary's decisions. Refused and `COST 0` calls propagate nothing.
 
 use redis_module::{Context, ContextFlags};
 

@@ -203,15 +203,8 @@ mod tests {
         }
     }
 
-    fn run_table(p: &Params, rows: &[(u64, u64, [i64; 5])]) {
-        let mut w = FixedWindow::new(p);
-        for (i, (t, cost, want)) in rows.iter().enumerate() {
-            assert_eq!(
-                &w.acquire(T0 + t, p, *cost).as_reply(),
-                want,
-                "row {i} at +{t}ms"
-            );
-        }
+    fn run_table(p: &Params, rows: &[crate::algo::table::Row]) {
+        crate::algo::table::run(FixedWindow::new(p), p, T0, rows);
     }
 
     #[test]

@@ -331,12 +331,8 @@ mod tests {
         }
     }
 
-    fn run_table(p: &Params, rows: &[(u64, u64, [i64; 5])]) {
-        let mut g = Gcra::new(p);
-        for (i, (t, cost, want)) in rows.iter().enumerate() {
-            let got = g.acquire(T0 + t, p, *cost).as_reply();
-            assert_eq!(&got, want, "row {i} at +{t}ms cost {cost}");
-        }
+    fn run_table(p: &Params, rows: &[crate::algo::table::Row]) {
+        crate::algo::table::run(Gcra::new(p), p, T0, rows);
     }
 
     #[test]

@@ -102,3 +102,21 @@ pub trait Limit {
         decision
     }
 }
+
+/// Timed scenarios as tables, shared by every algorithm's tests.
+#[cfg(test)]
+pub(crate) mod table {
+    use super::{Limit, Millis};
+
+    /// One row: at `t` ms after `t0`, a request of `cost`, expecting
+    /// `[allowed, limit, remaining, retry_after, reset_after]`.
+    pub type Row = (u64, u64, [i64; 5]);
+
+    /// Runs `rows` in order against `limiter` under `params`, on a fake clock.
+    pub fn run<L: Limit>(mut limiter: L, params: &L::Params, t0: Millis, rows: &[Row]) {
+        for (i, (t, cost, want)) in rows.iter().enumerate() {
+            let got = limiter.acquire(t0 + t, params, *cost).as_reply();
+            assert_eq!(&got, want, "row {i} at +{t}ms cost {cost}");
+        }
+    }
+}

@@ -423,14 +423,8 @@ mod tests {
         }
     }
 
-    /// One row of a timed scenario: at `t` ms after T0, a request of `cost`, expecting
-    /// `[allowed, limit, remaining, retry_after, reset_after]`.
-    fn run_table(windows: &[Window], rows: &[(u64, u64, [i64; 5])]) {
-        let mut log = SlidingLog::new(windows);
-        for (i, (t, cost, want)) in rows.iter().enumerate() {
-            let got = log.acquire(T0 + t, windows, *cost).as_reply();
-            assert_eq!(&got, want, "row {i} at +{t}ms cost {cost}");
-        }
+    fn run_table(windows: &[Window], rows: &[crate::algo::table::Row]) {
+        crate::algo::table::run(SlidingLog::new(windows), windows, T0, rows);
     }
 
     #[test]

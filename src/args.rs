@@ -6,6 +6,7 @@
 use crate::algo::fixed;
 use crate::algo::gcra::{self, Params, MAX_RATE_LIMIT};
 use crate::algo::slide::{MAX_LIMIT, MAX_WINDOWS, MAX_WINDOW_MS};
+use crate::algo::subwin::{self, MAX_SUBINTERVALS};
 use crate::algo::{Millis, Window, MAX_TIMESTAMP};
 use crate::error::Error;
 
@@ -116,6 +117,53 @@ pub fn fixed<A: AsBytes>(args: &[A]) -> Result<Fixed, Error> {
             limit,
             window_ms,
             align: opts[Opt::Align as usize].is_some(),
+        },
+        options: Options::from(opts),
+    })
+}
+
+/// `RL.SUBWIN key limit window_ms resolution_ms [COST n] [NOW ms]`
+#[derive(Debug, PartialEq, Eq)]
+pub struct Subwin {
+    pub params: subwin::Params,
+    pub options: Options,
+}
+
+pub fn subwin<A: AsBytes>(args: &[A]) -> Result<Subwin, Error> {
+    let limit = int(
+        args.get(2).ok_or(Error::Arity)?,
+        "limit",
+        1,
+        subwin::MAX_LIMIT,
+    )?;
+    let window_ms = int(
+        args.get(3).ok_or(Error::Arity)?,
+        "window_ms",
+        1,
+        subwin::MAX_WINDOW_MS,
+    )?;
+    let resolution_ms = int(
+        args.get(4).ok_or(Error::Arity)?,
+        "resolution_ms",
+        1,
+        window_ms,
+    )?;
+    if !window_ms.is_multiple_of(resolution_ms) {
+        return Err(Error::Invalid(
+            "window_ms must be a multiple of resolution_ms",
+        ));
+    }
+    if window_ms / resolution_ms > MAX_SUBINTERVALS {
+        return Err(Error::Invalid(
+            "window_ms / resolution_ms must be at most 4096 sub-intervals",
+        ));
+    }
+    let opts = options(args.get(5..).unwrap_or_default(), &[Opt::Cost, Opt::Now])?;
+    Ok(Subwin {
+        params: subwin::Params {
+            limit,
+            window_ms,
+            resolution_ms,
         },
         options: Options::from(opts),
     })
@@ -358,6 +406,30 @@ mod tests {
             slide(&args).map(|_| ())
         };
         assert_eq!(got, Err(want));
+    }
+
+    #[rstest]
+    #[case("RL.SUBWIN k 100 60000", Err(Error::Arity))]
+    #[case("RL.SUBWIN k 100 60000 0", Err(Error::Range { arg: "resolution_ms", min: 1, max: 60000 }))]
+    #[case("RL.SUBWIN k 100 60000 60001", Err(Error::Range { arg: "resolution_ms", min: 1, max: 60000 }))]
+    #[case(
+        "RL.SUBWIN k 100 60000 7",
+        Err(Error::Invalid("window_ms must be a multiple of resolution_ms"))
+    )]
+    #[case(
+        "RL.SUBWIN k 100 60000 10",
+        Err(Error::Invalid("window_ms / resolution_ms must be at most 4096 sub-intervals"))
+    )]
+    #[case("RL.SUBWIN k 100 60000 1000 ALIGN", Err(Error::UnknownOption("ALIGN".into())))]
+    #[case("RL.SUBWIN k 4294967296 60000 1000", Err(Error::Range { arg: "limit", min: 1, max: subwin::MAX_LIMIT }))]
+    #[case("RL.SUBWIN k 100 4096 1", Ok((100, 4096, 1, 1)))]
+    #[case("RL.SUBWIN k 4294967295 2678400000 2678400000 COST 7", Ok((u32::MAX as u64, 2_678_400_000, 2_678_400_000, 7)))]
+    fn subwin_arguments(#[case] line: &str, #[case] want: Result<(u64, u64, u64, u64), Error>) {
+        let got = subwin(&call(line)).map(|s| {
+            let p = s.params;
+            (p.limit, p.window_ms, p.resolution_ms, s.options.cost)
+        });
+        assert_eq!(got, want);
     }
 
     #[test]

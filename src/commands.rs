@@ -11,6 +11,7 @@ use redis_module::{Context, ContextFlags};
 use crate::algo::fixed::FixedWindow;
 use crate::algo::gcra::Gcra;
 use crate::algo::slide::{SlidingLog, MAX_WINDOWS};
+use crate::algo::subwin::SubWindow;
 use crate::algo::{Limit, Millis};
 use crate::api::{self, Arg, Reply};
 use crate::args;
@@ -80,14 +81,23 @@ fn limit<A: Limit>(
     let now = clock(call.now);
     let (params, cost) = (call.params, call.cost);
     let mut key = Key::open(ctx, name, true);
-    // A missing key gets a fresh limiter, stored only if this call changes it.
+    // A missing key gets a fresh limiter, and a limiter that must change shape a new one;
+    // either is stored only if this call changes it.
     let mut created = None;
-    let limiter = match key.limiter()? {
+    let mut held = key.limiter()?;
+    let (limiter, in_key) = match held.as_deref_mut() {
         Some(held) if held.kind() != call.kind => return Err(other_kind(held, call.kind)),
-        Some(held) => unwrap(held).ok_or(Error::Internal(call.kind.command()))?,
-        None => created.insert(fresh()),
+        Some(held) => {
+            let current = unwrap(held).ok_or(Error::Internal(call.kind.command()))?;
+            match current.reshaped(params) {
+                Some(new) => (created.insert(new), false),
+                None => (current, true),
+            }
+        }
+        None => (created.insert(fresh()), false),
     };
-    let expiring_at = limiter.empty_at();
+    // Storing a new value drops the key's TTL, so it must be set again.
+    let expiring_at = if in_key { limiter.empty_at() } else { None };
     let decision = limiter.acquire(now, params, cost);
     let changed = cost > 0
         && (decision.allowed || (applying_decided(ctx) && limiter.record(now, params, cost)));
@@ -182,6 +192,22 @@ pub fn fixed(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
     limit(ctx, args, call, fresh, Limiter::Fixed, Limiter::fixed_mut)
 }
 
+pub fn subwin(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
+    let req = args::subwin(args)?;
+    let p = req.params;
+    let call = Call {
+        kind: Kind::Subwin,
+        params: &p,
+        cost: req.options.cost,
+        now: req.options.now,
+        positional: 4,
+        flags: &[],
+        resolved: &[],
+    };
+    let fresh = || SubWindow::new(&p);
+    limit(ctx, args, call, fresh, Limiter::Subwin, Limiter::subwin_mut)
+}
+
 /// `RL.TOKEN` and `RL.LEAKY`: the same core under two kinds of key.
 type BucketShape = (
     Kind,
@@ -223,7 +249,7 @@ pub fn refund(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
     let name = key_arg(args)?;
     let now = clock(opts.now);
     let mut key = Key::open(ctx, name, true);
-    let Some(limiter) = key.limiter()? else {
+    let Some(mut limiter) = key.limiter()? else {
         return Ok(Reply::Nil);
     };
     if opts.cost == 0 {

@@ -8,7 +8,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use redis_module::{logging, native_types::RedisType, raw};
 
-use crate::value::Limiter;
+use crate::value::{self, Held, Limiter};
 
 /// The encoding version Redis stores in RDB files next to each value. Version 1 is a single
 /// string holding [`Limiter::encode`]'s bytes.
@@ -51,9 +51,9 @@ fn guard<T>(what: &str, fallback: T, f: impl FnOnce() -> T) -> T {
 }
 
 /// # Safety
-/// `value` must be a pointer this module produced from a `Box<Limiter>`.
-unsafe fn limiter<'a>(value: *const c_void) -> Option<&'a Limiter> {
-    value.cast::<Limiter>().as_ref()
+/// `value` must be a key's value, made by `value::into_raw`, that Redis lends the callback.
+unsafe fn limiter<'a>(value: *const c_void) -> Option<Held<'a>> {
+    value::borrow_raw(value.cast_mut())
 }
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
@@ -66,7 +66,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
             return std::ptr::null_mut();
         };
         match Limiter::decode(buffer.as_ref()) {
-            Ok(limiter) => Box::into_raw(Box::new(limiter)).cast(),
+            Ok(limiter) => value::into_raw(limiter),
             Err(e) => {
                 logging::log_warning(format!("ratelimit: refused a damaged value: {}", e.0));
                 std::ptr::null_mut()
@@ -107,7 +107,7 @@ unsafe extern "C" fn aof_rewrite(
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
     guard("mem_usage", 0, || {
-        limiter(value).map_or(0, Limiter::mem_usage)
+        limiter(value).map_or(0, |l| l.mem_usage())
     })
 }
 
@@ -129,7 +129,7 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
 
 unsafe extern "C" fn free(value: *mut c_void) {
     if !value.is_null() {
-        guard("free", (), || drop(Box::from_raw(value.cast::<Limiter>())));
+        guard("free", (), || drop(value::from_raw(value)));
     }
 }
 
@@ -139,7 +139,7 @@ unsafe extern "C" fn copy(
     value: *const c_void,
 ) -> *mut c_void {
     guard("copy", std::ptr::null_mut(), || match limiter(value) {
-        Some(l) => Box::into_raw(Box::new(l.clone())).cast(),
+        Some(l) => value::into_raw(Limiter::clone(&l)),
         None => std::ptr::null_mut(),
     })
 }

@@ -20,6 +20,8 @@ pub enum Error {
     RepeatedOption(&'static str),
     MissingValue(&'static str),
     TooManyWindows(usize),
+    /// Arguments that are each in range but do not fit together.
+    Invalid(&'static str),
     /// The key holds another Redis type.
     WrongType,
     /// The key holds a limiter of another algorithm.
@@ -48,6 +50,7 @@ impl fmt::Display for Error {
             Error::TooManyWindows(max) => {
                 write!(f, "ERR at most {max} limit/window_ms pairs in one call")
             }
+            Error::Invalid(why) => write!(f, "ERR {why}"),
             Error::WrongType => write!(
                 f,
                 "WRONGTYPE Operation against a key holding the wrong kind of value"

@@ -1,6 +1,7 @@
 //! redis-ratelimit: rate limiting commands that run inside Redis.
 //!
-//! `RL.SLIDE` (an exact sliding log over one or several windows), `RL.TOKEN` (token bucket),
+//! `RL.SLIDE` (an exact sliding log over one or several windows), `RL.SUBWIN` (a rolling
+//! window from sub-interval counters), `RL.FIXED` (fixed window), `RL.TOKEN` (token bucket),
 //! `RL.LEAKY` (a leaky bucket that schedules), `RL.PEEK` and `RL.REFUND`,
 //! on a custom data type that persists, replicates deterministically and expires by itself
 //! when empty. The algorithms live in [`algo`] and know nothing of Redis; [`commands`] is the
@@ -57,7 +58,17 @@ const ALIGN: Arg = Arg {
 const LIMIT: Arg = arg("limit", ArgKind::Integer);
 const WINDOW_MS: Arg = arg("window-ms", ArgKind::Integer);
 
-static COMMANDS: [Info; 7] = [
+const RESOLUTION_MS: Arg = arg("resolution-ms", ArgKind::Integer);
+
+static COMMANDS: [Info; 8] = [
+    Info {
+        name: "RL.SUBWIN",
+        summary: "Rolling window approximated by window_ms/resolution_ms sub-interval counters plus the weighted trailing sub-interval: constant memory whatever the limit",
+        complexity: "O(S) where S is the number of sub-intervals (window_ms / resolution_ms)",
+        arity: -5,
+        read_only: false,
+        args: &[KEY, LIMIT, WINDOW_MS, RESOLUTION_MS, COST, NOW],
+    },
     Info {
         name: "RL.FIXED",
         summary: "Fixed window counter with a stable reset: the window's end is kept in the value, so every call in one window reports the same reset time",
@@ -146,6 +157,12 @@ command!(rl_slide, "RL.SLIDE", Some(&stats::SLIDE), commands::slide);
 command!(rl_token, "RL.TOKEN", Some(&stats::TOKEN), commands::token);
 command!(rl_leaky, "RL.LEAKY", Some(&stats::LEAKY), commands::leaky);
 command!(rl_fixed, "RL.FIXED", Some(&stats::FIXED), commands::fixed);
+command!(
+    rl_subwin,
+    "RL.SUBWIN",
+    Some(&stats::SUBWIN),
+    commands::subwin
+);
 command!(rl_peek, "RL.PEEK", Some(&stats::PEEK), commands::peek);
 command!(
     rl_refund,
@@ -166,11 +183,12 @@ type Registration = (
 const WRITE: &CStr = c"write deny-oom";
 const WRITE_ACL: &CStr = c"write ratelimit";
 
-static REGISTRY: [Registration; 7] = [
+static REGISTRY: [Registration; 8] = [
     (c"RL.SLIDE", Some(rl_slide), WRITE, WRITE_ACL),
     (c"RL.TOKEN", Some(rl_token), WRITE, WRITE_ACL),
     (c"RL.LEAKY", Some(rl_leaky), WRITE, WRITE_ACL),
     (c"RL.FIXED", Some(rl_fixed), WRITE, WRITE_ACL),
+    (c"RL.SUBWIN", Some(rl_subwin), WRITE, WRITE_ACL),
     (c"RL.PEEK", Some(rl_peek), c"readonly", c"read ratelimit"),
     (c"RL.REFUND", Some(rl_refund), c"write", WRITE_ACL),
     (c"RL.RESTORE", Some(rl_restore), WRITE, WRITE_ACL),

@@ -41,10 +41,11 @@ pub static SLIDE: Counters = Counters::new("slide");
 pub static TOKEN: Counters = Counters::new("token");
 pub static LEAKY: Counters = Counters::new("leaky");
 pub static FIXED: Counters = Counters::new("fixed");
+pub static SUBWIN: Counters = Counters::new("subwin");
 pub static PEEK: Counters = Counters::new("peek");
 pub static REFUND: Counters = Counters::new("refund");
 
-const ALL: [&Counters; 6] = [&SLIDE, &TOKEN, &LEAKY, &FIXED, &PEEK, &REFUND];
+const ALL: [&Counters; 7] = [&SLIDE, &TOKEN, &LEAKY, &FIXED, &SUBWIN, &PEEK, &REFUND];
 
 /// Writes the `ratelimit_stats` section: one line per command, like `INFO commandstats`.
 pub fn info(ctx: &InfoContext, _for_crash_report: bool) {

@@ -9,7 +9,7 @@ use crate::algo::Millis;
 use crate::api::Arg;
 use crate::datatype::LIMITER_TYPE;
 use crate::error::Error;
-use crate::value::Limiter;
+use crate::value::{self, Held, Limiter};
 
 /// An open key, closed on drop.
 pub struct Key<'a> {
@@ -37,12 +37,13 @@ impl<'a> Key<'a> {
     }
 
     /// The limiter the key holds, `None` for a missing key, WRONGTYPE for another type.
-    pub fn limiter(&mut self) -> Result<Option<&mut Limiter>, Error> {
+    pub fn limiter(&mut self) -> Result<Option<Held<'_>>, Error> {
         if self.key.is_null() {
             return Ok(None);
         }
-        // SAFETY: the key is open; the value of a key of our type is always a Box<Limiter>
-        // created by `set` or by the type's load/copy callbacks.
+        // SAFETY: the key is open; the value of a key of our type always comes from
+        // `value::into_raw`, in `set` or in the type's load/copy callbacks, and the borrow
+        // of `self` keeps it from being replaced while lent.
         unsafe {
             let key_type = raw::KeyType::from(raw::RedisModule_KeyType
                 .ok_or(Error::MissingApi("KeyType"))?(
@@ -59,9 +60,8 @@ impl<'a> Key<'a> {
                     let value = raw::RedisModule_ModuleTypeGetValue
                         .ok_or(Error::MissingApi("ModuleTypeGetValue"))?(
                         self.key
-                    )
-                    .cast::<Limiter>();
-                    Ok(value.as_mut())
+                    );
+                    Ok(value::borrow_raw(value))
                 }
                 _ => Err(Error::WrongType),
             }
@@ -72,15 +72,15 @@ impl<'a> Key<'a> {
     pub fn set(&self, limiter: Limiter) -> Result<(), Error> {
         let set_value = unsafe { raw::RedisModule_ModuleTypeSetValue }
             .ok_or(Error::MissingApi("ModuleTypeSetValue"))?;
-        let value = Box::into_raw(Box::new(limiter));
-        // SAFETY: the key is open for writing; on success Redis owns the box and frees it
+        let value = value::into_raw(limiter);
+        // SAFETY: the key is open for writing; on success Redis owns the value and frees it
         // through the type's free callback.
-        let status = unsafe { set_value(self.key, *LIMITER_TYPE.raw_type.borrow(), value.cast()) };
+        let status = unsafe { set_value(self.key, *LIMITER_TYPE.raw_type.borrow(), value) };
         if status == raw::REDISMODULE_OK as c_int {
             Ok(())
         } else {
             // SAFETY: Redis refused the value, so it is still ours to free.
-            drop(unsafe { Box::from_raw(value) });
+            drop(unsafe { value::from_raw(value) });
             Err(Error::Internal("storing the limiter"))
         }
     }

@@ -5,14 +5,26 @@
 //!   where the first delta is the absolute timestamp of the oldest record;
 //! - token bucket (kind 2) and leaky bucket (kind 3): `latest debt limit window_ms burst
 //!   max_delay_ms`, the debt in ticks of `1/limit` ms (see `algo::gcra`);
-//! - fixed window (kind 4): `latest end count limit window_ms align(0|1)`.
+//! - fixed window (kind 4): `latest end count limit window_ms align(0|1)`;
+//! - sub-interval window (kind 5): `latest limit window_ms resolution_ms count*`, the `n + 1`
+//!   counters of the sub-intervals `L-n ..= L` oldest first, `L` being that of `latest`.
+//!
+//! In memory, a key's module value is a thin pointer: a `Box<Limiter>` for kinds 1 to 4, and
+//! for kind 5 the sub-interval window's own block of words, tagged with the pointer's low
+//! bit, so that such a key costs its block and nothing more (see [`into_raw`]).
 //!
 //! The encoding is canonical (the same logical state always gives the same bytes), so it
 //! also serves as the digest.
 
+use std::ffi::c_void;
+use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
+use std::ops::{Deref, DerefMut};
+
 use crate::algo::fixed::{self, FixedWindow};
 use crate::algo::gcra::{Gcra, Params};
 use crate::algo::slide::SlidingLog;
+use crate::algo::subwin::{self, SubWindow};
 use crate::algo::{Decision, Limit, Millis, Window};
 use crate::codec::{put_varint, Malformed, Reader};
 
@@ -26,6 +38,7 @@ pub enum Kind {
     Token,
     Leaky,
     Fixed,
+    Subwin,
 }
 
 impl Kind {
@@ -36,6 +49,7 @@ impl Kind {
             Kind::Token => "RL.TOKEN",
             Kind::Leaky => "RL.LEAKY",
             Kind::Fixed => "RL.FIXED",
+            Kind::Subwin => "RL.SUBWIN",
         }
     }
 
@@ -46,6 +60,7 @@ impl Kind {
             Kind::Token => c"RL.TOKEN",
             Kind::Leaky => c"RL.LEAKY",
             Kind::Fixed => c"RL.FIXED",
+            Kind::Subwin => c"RL.SUBWIN",
         }
     }
 
@@ -55,6 +70,7 @@ impl Kind {
             Kind::Token => 2,
             Kind::Leaky => 3,
             Kind::Fixed => 4,
+            Kind::Subwin => 5,
         }
     }
 }
@@ -67,6 +83,7 @@ pub enum Limiter {
     Token(Gcra),
     Leaky(Gcra),
     Fixed(FixedWindow),
+    Subwin(SubWindow),
 }
 
 impl Limiter {
@@ -76,6 +93,7 @@ impl Limiter {
             Limiter::Token(_) => Kind::Token,
             Limiter::Leaky(_) => Kind::Leaky,
             Limiter::Fixed(_) => Kind::Fixed,
+            Limiter::Subwin(_) => Kind::Subwin,
         }
     }
 
@@ -107,12 +125,20 @@ impl Limiter {
         }
     }
 
+    pub fn subwin_mut(&mut self) -> Option<&mut SubWindow> {
+        match self {
+            Limiter::Subwin(w) => Some(w),
+            _ => None,
+        }
+    }
+
     /// The answer to a `COST 0` call under the parameters last used, changing nothing.
     pub fn peek(&self, now: Millis) -> Decision {
         match self {
             Limiter::Slide(log) => log.peek(now),
             Limiter::Token(g) | Limiter::Leaky(g) => g.peek(now),
             Limiter::Fixed(w) => w.peek(now),
+            Limiter::Subwin(w) => w.peek(now),
         }
     }
 
@@ -122,6 +148,7 @@ impl Limiter {
             Limiter::Slide(log) => log.refund(now, units),
             Limiter::Token(g) | Limiter::Leaky(g) => g.refund(now, units),
             Limiter::Fixed(w) => w.refund(now, units),
+            Limiter::Subwin(w) => w.refund(now, units),
         }
     }
 
@@ -131,6 +158,7 @@ impl Limiter {
             Limiter::Slide(log) => log.latest(),
             Limiter::Token(g) | Limiter::Leaky(g) => g.latest(),
             Limiter::Fixed(w) => w.latest(),
+            Limiter::Subwin(w) => w.latest(),
         }
     }
 
@@ -141,16 +169,23 @@ impl Limiter {
             Limiter::Slide(log) => log.empty_at(),
             Limiter::Token(g) | Limiter::Leaky(g) => g.empty_at(),
             Limiter::Fixed(w) => w.empty_at(),
+            Limiter::Subwin(w) => w.empty_at(),
         }
     }
 
-    /// Bytes this value holds, for `MEMORY USAGE`.
+    /// Bytes this value holds, for `MEMORY USAGE`: what the module allocated for it (the
+    /// allocator may round each allocation up to its size class).
     pub fn mem_usage(&self) -> usize {
-        std::mem::size_of::<Self>()
-            + match self {
-                Limiter::Slide(log) => std::mem::size_of::<SlidingLog>() + log.heap_size(),
-                Limiter::Token(_) | Limiter::Leaky(_) | Limiter::Fixed(_) => 0,
+        match self {
+            Limiter::Slide(log) => {
+                std::mem::size_of::<Self>() + std::mem::size_of::<SlidingLog>() + log.heap_size()
             }
+            Limiter::Token(_) | Limiter::Leaky(_) | Limiter::Fixed(_) => {
+                std::mem::size_of::<Self>()
+            }
+            // Held by the key without a box, see `into_raw`.
+            Limiter::Subwin(w) => w.heap_size(),
+        }
     }
 
     /// The canonical encoding of the current version.
@@ -193,6 +228,12 @@ impl Limiter {
                     u64::from(p.align),
                 ];
                 fields.into_iter().for_each(|v| put_varint(&mut out, v));
+            }
+            Limiter::Subwin(w) => {
+                let p = w.params();
+                let fields = [w.latest(), p.limit, p.window_ms, p.resolution_ms];
+                fields.into_iter().for_each(|v| put_varint(&mut out, v));
+                w.counts().for_each(|c| put_varint(&mut out, c));
             }
         }
         out
@@ -257,10 +298,108 @@ impl Limiter {
                     FixedWindow::from_parts(p, latest, end, count).map_err(|e| Malformed(e.0))?;
                 Limiter::Fixed(w)
             }
+            5 => {
+                let latest = r.varint()?;
+                let p = subwin::Params {
+                    limit: r.varint()?,
+                    window_ms: r.varint()?,
+                    resolution_ms: r.varint()?,
+                };
+                if !p.valid() {
+                    return Err(Malformed("parameters out of range"));
+                }
+                // At most MAX_SUBINTERVALS + 1, as the parameters are valid.
+                let n = p.window_ms / p.resolution_ms + 1;
+                let counts = (0..n).map(|_| r.varint()).collect::<Result<Vec<_>, _>>()?;
+                let w = SubWindow::from_parts(p, latest, &counts).map_err(|e| Malformed(e.0))?;
+                Limiter::Subwin(w)
+            }
             _ => return Err(Malformed("unknown limiter kind")),
         };
         r.finish()?;
         Ok(limiter)
+    }
+}
+
+/// The low bit of a module value that holds a sub-interval window's block directly. Both
+/// layouts are at least 4-byte aligned, so the bit is otherwise always 0.
+const THIN: usize = 1;
+
+/// Turns a limiter into the pointer a key holds; [`from_raw`] or [`borrow_raw`] read it back.
+pub fn into_raw(limiter: Limiter) -> *mut c_void {
+    match limiter {
+        Limiter::Subwin(w) => {
+            let block = Box::into_raw(w.into_words()).cast::<u32>();
+            block.map_addr(|a| a | THIN).cast()
+        }
+        other => Box::into_raw(Box::new(other)).cast(),
+    }
+}
+
+/// Takes back the limiter behind `raw`.
+///
+/// # Safety
+/// `raw` must come from [`into_raw`] and not have been freed; the caller owns the result, so
+/// nothing may use `raw` afterwards.
+pub unsafe fn from_raw(raw: *mut c_void) -> Limiter {
+    if raw.addr() & THIN != 0 {
+        let block = raw.map_addr(|a| a & !THIN).cast::<u32>();
+        // SAFETY: a tagged pointer is a block from `into_words`, whose first word gives
+        // its length.
+        let words = unsafe {
+            let len = subwin::block_len(*block);
+            Box::from_raw(std::ptr::slice_from_raw_parts_mut(block, len))
+        };
+        Limiter::Subwin(SubWindow::from_words(words))
+    } else {
+        // SAFETY: an untagged pointer is a Box<Limiter> from `into_raw`.
+        *unsafe { Box::from_raw(raw.cast::<Limiter>()) }
+    }
+}
+
+/// A limiter lent by the key that owns it: changes are made in place. It must not be
+/// replaced through this borrow (store a new value in the key instead).
+pub enum Held<'a> {
+    Boxed(&'a mut Limiter),
+    /// Rebuilt around the key's block, never dropped: the key still owns the block.
+    Thin(ManuallyDrop<Limiter>, PhantomData<&'a mut Limiter>),
+}
+
+/// Borrows the limiter behind `raw`, `None` for a null pointer.
+///
+/// # Safety
+/// `raw` must come from [`into_raw`], stay alive for `'a` and not be used otherwise while
+/// the borrow lasts.
+pub unsafe fn borrow_raw<'a>(raw: *mut c_void) -> Option<Held<'a>> {
+    if raw.is_null() {
+        None
+    } else if raw.addr() & THIN != 0 {
+        // SAFETY: as for `from_raw`; ManuallyDrop keeps the block with the key.
+        let limiter = unsafe { from_raw(raw) };
+        Some(Held::Thin(ManuallyDrop::new(limiter), PhantomData))
+    } else {
+        // SAFETY: an untagged pointer is a live Box<Limiter>, not otherwise in use.
+        unsafe { raw.cast::<Limiter>().as_mut() }.map(Held::Boxed)
+    }
+}
+
+impl Deref for Held<'_> {
+    type Target = Limiter;
+
+    fn deref(&self) -> &Limiter {
+        match self {
+            Held::Boxed(l) => l,
+            Held::Thin(l, _) => l,
+        }
+    }
+}
+
+impl DerefMut for Held<'_> {
+    fn deref_mut(&mut self) -> &mut Limiter {
+        match self {
+            Held::Boxed(l) => l,
+            Held::Thin(l, _) => l,
+        }
     }
 }
 
@@ -372,6 +511,58 @@ mod tests {
         let mut bad = FIXED_V1.to_vec();
         *bad.last_mut().unwrap() = 2;
         assert!(Limiter::decode(&bad).is_err());
+    }
+
+    /// A version 1 sub-interval window, committed: 10 per 1000 ms in sub-intervals of 250,
+    /// latest 1000, with 2 units at 300 and 3 at 1000.
+    const SUBWIN_V1: &[u8] = &[1, 5, 232, 7, 10, 232, 7, 250, 1, 0, 2, 0, 0, 3];
+
+    #[test]
+    fn reads_the_committed_version_1_sub_interval_window() {
+        let p = subwin::Params {
+            limit: 10,
+            window_ms: 1000,
+            resolution_ms: 250,
+        };
+        let mut w = SubWindow::new(&p);
+        w.acquire(300, &p, 2);
+        w.acquire(1000, &p, 3);
+        let limiter = Limiter::decode(SUBWIN_V1).unwrap();
+        assert_eq!(limiter.encode(), SUBWIN_V1);
+        assert_eq!(Limiter::Subwin(w).encode(), SUBWIN_V1);
+        assert_eq!(limiter.peek(1000).as_reply(), [1, 10, 5, 0, 1249]);
+        // One counter too few, one too many, a shape that does not divide.
+        for bad in [&SUBWIN_V1[..13], &[SUBWIN_V1, &[0]].concat()[..]] {
+            assert!(Limiter::decode(bad).is_err());
+        }
+        let mut bad = SUBWIN_V1.to_vec();
+        bad[7] = 251;
+        assert!(Limiter::decode(&bad).is_err());
+    }
+
+    #[test]
+    fn a_sub_interval_window_is_held_by_a_thin_pointer() {
+        let p = subwin::Params {
+            limit: 10,
+            window_ms: 1000,
+            resolution_ms: 250,
+        };
+        let raw = into_raw(Limiter::Subwin(SubWindow::new(&p)));
+        assert_eq!(raw.addr() & THIN, THIN);
+        // SAFETY: `raw` was just made by `into_raw` and is used by nothing else.
+        unsafe {
+            {
+                let mut held = borrow_raw(raw).unwrap();
+                held.subwin_mut().unwrap().acquire(1000, &p, 3);
+                assert_eq!(held.mem_usage(), 20 + 4 * 5);
+            }
+            assert_eq!(borrow_raw(raw).unwrap().peek(1000).remaining, 7);
+            assert_eq!(from_raw(raw).peek(1000).remaining, 7);
+        }
+        let boxed = into_raw(Limiter::decode(FIXED_V1).unwrap());
+        assert_eq!(boxed.addr() & THIN, 0);
+        // SAFETY: as above.
+        assert_eq!(unsafe { from_raw(boxed) }.encode(), FIXED_V1);
     }
 
     #[test]

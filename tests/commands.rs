@@ -281,6 +281,7 @@ fn info_counts_each_command(server: Server) {
     rl(&mut c, "RL.SLIDE i 1 60000");
     let _ = run(&mut c, &["RL.SLIDE", "i", "x", "60000"]);
     rl(&mut c, "RL.PEEK i");
+    rl(&mut c, "RL.SUBWIN w 1 1000 10");
     let info = text(&mut c, &["INFO", "ratelimit"]);
     assert!(
         info.contains("ratelimit_slide:calls=3,allowed=1,refused=1,errors=1"),
@@ -288,6 +289,10 @@ fn info_counts_each_command(server: Server) {
     );
     assert!(
         info.contains("ratelimit_peek:calls=1,allowed=1,refused=0,errors=0"),
+        "{info}"
+    );
+    assert!(
+        info.contains("ratelimit_subwin:calls=1,allowed=1,refused=0,errors=0"),
         "{info}"
     );
 }
@@ -390,6 +395,7 @@ fn each_key_keeps_its_algorithm(server: Server) {
     rl(&mut c, "RL.SLIDE s 10 1000");
     rl(&mut c, "RL.TOKEN t 10 1000");
     rl(&mut c, "RL.LEAKY l 10 1000");
+    rl(&mut c, "RL.SUBWIN w 10 1000 100");
     let cases = [
         (
             ["RL.TOKEN", "s", "10", "1000"],
@@ -403,13 +409,17 @@ fn each_key_keeps_its_algorithm(server: Server) {
             ["RL.SLIDE", "l", "10", "1000"],
             "WRONGTYPE key holds a RL.LEAKY limiter, not RL.SLIDE",
         ),
+        (
+            ["RL.FIXED", "w", "10", "1000"],
+            "WRONGTYPE key holds a RL.SUBWIN limiter, not RL.FIXED",
+        ),
     ];
     for (words, want) in cases {
         assert_eq!(err(&mut c, &words), want);
     }
     // PEEK and REFUND work on every kind. A scheduler's limit counts what fits within
     // MAXDELAY (by default the window): 1 at once plus 10 delayed.
-    for (key, limit) in [("s", 10), ("t", 10), ("l", 11)] {
+    for (key, limit) in [("s", 10), ("t", 10), ("l", 11), ("w", 10)] {
         assert_eq!(rl(&mut c, &format!("RL.PEEK {key}"))[1], limit);
         assert_eq!(rl(&mut c, &format!("RL.REFUND {key}"))[2], limit);
     }
@@ -461,6 +471,8 @@ fn rate_extremes(server: Server) {
 #[case("RL.LEAKY {} 2 60000 MAXDELAY 0 BURST 2")]
 #[case("RL.FIXED {} 2 60000")]
 #[case("RL.FIXED {} 2 60000 ALIGN")]
+#[case("RL.SUBWIN {} 2 60000 1000")]
+#[case("RL.SUBWIN {} 2 4000 1")]
 fn every_limiter_follows_the_contract(server: Server, #[case] template: &str) {
     let mut c = server.conn();
     let t = unix_ms();
@@ -526,5 +538,69 @@ fn fixed_window_align(server: Server) {
     assert_eq!(
         int(&mut c, &["PEXPIRETIME", "quota:acme"]),
         end_of_day as i64
+    );
+}
+
+/// The README's RL.SUBWIN example: 4 per second in sub-intervals of 250 ms.
+#[rstest]
+fn readme_sub_interval_window(server: Server) {
+    let mut c = server.conn();
+    let t = unix_ms() / 1000 * 1000 + 1000;
+    let at =
+        |ms: u64, cost: u64| format!("RL.SUBWIN api:acme 4 1000 250 COST {cost} NOW {}", t + ms);
+    assert_eq!(rl(&mut c, &at(0, 2)), [1, 4, 2, 0, 1249]);
+    assert_eq!(rl(&mut c, &at(100, 2)), [1, 4, 0, 0, 1149]);
+    assert_eq!(rl(&mut c, &at(200, 1)), [0, 4, 0, 862, 1049]);
+    // Sub-interval 0 now trails; at +1125 it weighs ceil(4 * 124/250) = 2, so 2 more fit.
+    assert_eq!(rl(&mut c, &at(1125, 2)), [1, 4, 0, 0, 1124]);
+    assert_eq!(int(&mut c, &["PEXPIRETIME", "api:acme"]), (t + 2249) as i64);
+    assert_eq!(rl(&mut c, &at(1249, 1)), [1, 4, 1, 0, 1000]);
+}
+
+/// MEMORY USAGE is at most 64 bytes plus 4 per sub-interval, whatever the limit, for key
+/// names up to 12 bytes (Redis counts the name and its dictionary entry too).
+#[rstest]
+#[case(1, 60_000, 60_000)]
+#[case(100, 60_000, 1000)]
+#[case(4_000_000_000, 3_600_000, 60_000)]
+#[case(1_000_000, 4096, 1)]
+fn sub_interval_windows_are_small(
+    server: Server,
+    #[case] limit: u64,
+    #[case] window: u64,
+    #[case] resolution: u64,
+) {
+    let mut c = server.conn();
+    let n = window / resolution;
+    for key in ["k", "user:42:path"] {
+        for i in 0..3 {
+            let line = format!("RL.SUBWIN {key} {limit} {window} {resolution} COST {i}");
+            rl(&mut c, &line);
+        }
+        let bytes = int(&mut c, &["MEMORY", "USAGE", key, "SAMPLES", "0"]);
+        assert!(bytes as u64 <= 64 + 4 * n, "{key} {n}: {bytes} bytes");
+    }
+}
+
+#[rstest]
+fn sub_interval_window_changes_shape_and_keeps_its_units(server: Server) {
+    let mut c = server.conn();
+    let t = unix_ms() / 1000 * 1000 + 1000;
+    let at = |res: u64, cost: u64, ms: u64| {
+        format!("RL.SUBWIN shape 10 60000 {res} COST {cost} NOW {}", t + ms)
+    };
+    rl(&mut c, &at(1000, 6, 0));
+    // A finer resolution keeps the 6 units: 4 more fit, not 10.
+    let reply = rl(&mut c, &at(100, 4, 10));
+    assert_eq!(reply[..3], [1, 10, 0]);
+    assert_eq!(rl(&mut c, &at(100, 1, 20))[0], 0);
+    // The new value got its expiry back.
+    assert_eq!(
+        int(&mut c, &["PEXPIRETIME", "shape"]),
+        (t + 10) as i64 + reply[4]
+    );
+    assert_eq!(
+        int(&mut c, &["MEMORY", "USAGE", "shape", "SAMPLES", "0"]),
+        20 + 4 * 601 + 32
     );
 }

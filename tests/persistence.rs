@@ -29,11 +29,16 @@ fn fill(c: &mut Connection, t: u64) {
     rl(c, &format!("RL.REFUND leak NOW {}", t + 40));
     rl(c, &format!("RL.FIXED fix 10 60000 COST 3 NOW {t}"));
     rl(c, &format!("RL.FIXED fixa 10 60000 ALIGN NOW {}", t + 9));
+    for i in 0..30 {
+        rl(c, &format!("RL.SUBWIN sw 20 60000 1000 NOW {}", t + i * 37));
+    }
+    rl(c, &format!("RL.REFUND sw COST 4 NOW {}", t + 1200));
+    rl(c, &format!("RL.SUBWIN swx 3 500 1 COST 2 NOW {t}"));
 }
 
 /// Everything a client can see of the limiters filled by `fill`.
 fn snapshot(c: &mut Connection, t: u64) -> Vec<String> {
-    ["a", "b", "c", "tok", "leak", "fix", "fixa"]
+    ["a", "b", "c", "tok", "leak", "fix", "fixa", "sw", "swx"]
         .iter()
         .map(|k| {
             format!(

@@ -29,6 +29,7 @@ fn replica_follows_a_burst_of_mixed_calls() {
             6 => format!("RL.TOKEN tok{key} 5 2000 BURST 3"),
             7 => format!("RL.LEAKY leak{key} 5 2000 MAXDELAY 3000 NOW {}", t + i),
             8 => format!("RL.FIXED fix{key} 20 60000 COST 2 ALIGN"),
+            5 => format!("RL.SUBWIN sw{key} 10 2000 100"),
             1 => format!("RL.SLIDE {key} 5 2000 20 60000 COST 2 NOW {}", t + i),
             2 => format!("RL.SLIDE {key} 5 2000 20 60000 COST 0"),
             3 => format!("RL.SLIDE {key} 8 2000 NOW {}", t + i),
@@ -42,8 +43,8 @@ fn replica_follows_a_burst_of_mixed_calls() {
     slide_in_multi_and_lua(&mut p);
     sync(&mut p);
     assert_eq!(dataset_digest(&mut r), dataset_digest(&mut p));
-    let keys =
-        (0..7).flat_map(|i| ["k", "tokk", "leakk", "fixk"].map(|prefix| format!("{prefix}{i}")));
+    let keys = (0..7)
+        .flat_map(|i| ["k", "tokk", "leakk", "fixk", "swk"].map(|prefix| format!("{prefix}{i}")));
     for key in keys {
         assert_eq!(digest(&mut r, &key), digest(&mut p, &key), "{key}");
         assert_eq!(

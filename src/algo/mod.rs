@@ -5,6 +5,7 @@
 pub mod fixed;
 pub mod gcra;
 pub mod slide;
+pub mod subwin;
 
 /// Milliseconds since the Unix epoch. Every algorithm is handed one; none reads a clock.
 pub type Millis = u64;
@@ -92,6 +93,15 @@ pub trait Limit {
 
     /// The latest time seen; an earlier call counts as happening then.
     fn latest(&self) -> Millis;
+
+    /// A limiter reshaped for `p` when the stored one cannot take `p` as it is (the
+    /// caller then stores the new one); `None` when `p` fits the stored state.
+    fn reshaped(&self, _p: &Self::Params) -> Option<Self>
+    where
+        Self: Sized,
+    {
+        None
+    }
 
     /// Decides, and records the request when it is allowed (and costs something).
     fn acquire(&mut self, now: Millis, p: &Self::Params, cost: u64) -> Decision {

@@ -421,9 +421,9 @@ mod tests {
         Err(Error::Invalid("window_ms / resolution_ms must be at most 4096 sub-intervals"))
     )]
     #[case("RL.SUBWIN k 100 60000 1000 ALIGN", Err(Error::UnknownOption("ALIGN".into())))]
-    #[case("RL.SUBWIN k 4294967296 60000 1000", Err(Error::Range { arg: "limit", min: 1, max: subwin::MAX_LIMIT }))]
+    #[case("RL.SUBWIN k 2147483648 60000 1000", Err(Error::Range { arg: "limit", min: 1, max: subwin::MAX_LIMIT }))]
     #[case("RL.SUBWIN k 100 4096 1", Ok((100, 4096, 1, 1)))]
-    #[case("RL.SUBWIN k 4294967295 2678400000 2678400000 COST 7", Ok((u32::MAX as u64, 2_678_400_000, 2_678_400_000, 7)))]
+    #[case("RL.SUBWIN k 2147483647 2678400000 2678400000 COST 7", Ok((subwin::MAX_LIMIT, 2_678_400_000, 2_678_400_000, 7)))]
     fn subwin_arguments(#[case] line: &str, #[case] want: Result<(u64, u64, u64, u64), Error>) {
         let got = subwin(&call(line)).map(|s| {
             let p = s.params;

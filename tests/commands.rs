@@ -562,7 +562,7 @@ fn readme_sub_interval_window(server: Server) {
 #[rstest]
 #[case(1, 60_000, 60_000)]
 #[case(100, 60_000, 1000)]
-#[case(4_000_000_000, 3_600_000, 60_000)]
+#[case(2_000_000_000, 3_600_000, 60_000)]
 #[case(1_000_000, 4096, 1)]
 fn sub_interval_windows_are_small(
     server: Server,

@@ -16,12 +16,15 @@
 //! `resolution_ms = 1` the trailing weight is always 0 and the window is exact.
 //!
 //! The whole state is one allocation of 32-bit words, a 20-byte header and `n + 1` counters,
-//! so a key costs the same whatever its limit; the key holds a thin pointer to it.
+//! so a key costs the same whatever its limit; the key holds a thin pointer to it. The header
+//! keeps the total of the counters, so a call costs O(1) plus the sub-intervals it has to
+//! clear or, when refused, scan for the wait.
 
 use super::{Decision, Limit, Millis, Wait, MAX_TIMESTAMP};
 
-/// The largest limit: counters are 32-bit.
-pub const MAX_LIMIT: u64 = u32::MAX as u64;
+/// The largest limit. Counters are 32-bit and so is their total, which holds at most the
+/// window plus its trailing sub-interval: twice the limit.
+pub const MAX_LIMIT: u64 = (1 << 31) - 1;
 /// The longest window: 31 days, as for the other windows.
 pub const MAX_WINDOW_MS: u64 = 31 * 24 * 3600 * 1000;
 /// The most sub-intervals one window may be split into.
@@ -51,19 +54,20 @@ impl Params {
     }
 }
 
-// The header words, then `n + 1` counters: slot `HEADER + i % (n + 1)` counts sub-interval
-// `i`. The ring always describes sub-intervals `L-n ..= L`, where `L` is the latest one seen.
-const N: usize = 0;
+// The header words, then `n + 1` counters: slot `i % (n + 1)` counts sub-interval `i`. The
+// ring always describes sub-intervals `L-n ..= L`, where `L` is the latest one seen.
+// Timestamps fit in 48 bits, so the first word holds `n` and the top of `latest`.
+const N_AND_LATEST_HIGH: usize = 0;
 const LIMIT: usize = 1;
 const RESOLUTION: usize = 2;
 const LATEST_LOW: usize = 3;
-const LATEST_HIGH: usize = 4;
+const TOTAL: usize = 4;
 /// Header words before the counters.
 pub const HEADER_WORDS: usize = 5;
 
-/// The words a state of `n` sub-intervals takes, from its first word (`n`).
-pub fn block_len(n: u32) -> usize {
-    HEADER_WORDS + n as usize + 1
+/// The words a state takes, from its first word.
+pub fn block_len(first_word: u32) -> usize {
+    HEADER_WORDS + (first_word & 0xffff) as usize + 1
 }
 
 /// The state: one block of words. No method replaces the block once it exists (the key
@@ -82,12 +86,14 @@ impl SubWindow {
     /// An empty window shaped by `p`, which must be valid.
     pub fn new(p: &Params) -> SubWindow {
         let n = p.subintervals().min(MAX_SUBINTERVALS) as u32;
-        let mut words = vec![0u32; block_len(n)].into_boxed_slice();
-        words[N] = n;
+        let mut w = SubWindow {
+            words: vec![0u32; block_len(n)].into_boxed_slice(),
+        };
+        w.put(N_AND_LATEST_HIGH, n);
         // The ranges are checked when arguments are parsed; the casts cannot truncate.
-        words[LIMIT] = p.limit as u32;
-        words[RESOLUTION] = p.resolution_ms as u32;
-        SubWindow { words }
+        w.put(LIMIT, p.limit as u32);
+        w.put(RESOLUTION, p.resolution_ms as u32);
+        w
     }
 
     /// Rebuilds a state from its persisted parts: the counters of sub-intervals
@@ -105,14 +111,19 @@ impl SubWindow {
         }
         w.set_latest(latest);
         let newest = w.index(latest);
+        let mut total: u32 = 0;
         for (k, &c) in counts.iter().enumerate() {
             let c = u32::try_from(c).map_err(|_| Corrupt("counter out of range"))?;
+            total = total
+                .checked_add(c)
+                .ok_or(Corrupt("counters out of range"))?;
             match (newest + k as u64).checked_sub(w.n()) {
-                Some(j) => w.set(j, c),
+                Some(i) => w.put_count(i, c),
                 None if c == 0 => {}
                 None => return Err(Corrupt("counter before the epoch")),
             }
         }
+        w.put(TOTAL, total);
         Ok(w)
     }
 
@@ -123,7 +134,7 @@ impl SubWindow {
 
     /// Takes back a block made by [`SubWindow::into_words`].
     pub fn from_words(words: Box<[u32]>) -> SubWindow {
-        debug_assert_eq!(Some(words.len()), words.first().map(|&n| block_len(n)));
+        debug_assert_eq!(Some(words.len()), words.first().map(|&w| block_len(w)));
         SubWindow { words }
     }
 
@@ -131,12 +142,22 @@ impl SubWindow {
         self.words.get(i).copied().unwrap_or(0)
     }
 
+    fn put(&mut self, i: usize, v: u32) {
+        if let Some(w) = self.words.get_mut(i) {
+            *w = v;
+        }
+    }
+
     fn n(&self) -> u64 {
-        u64::from(self.word(N))
+        u64::from(self.word(N_AND_LATEST_HIGH) & 0xffff)
     }
 
     fn resolution(&self) -> u64 {
         u64::from(self.word(RESOLUTION)).max(1)
+    }
+
+    fn total(&self) -> u64 {
+        u64::from(self.word(TOTAL))
     }
 
     pub fn params(&self) -> Params {
@@ -148,17 +169,21 @@ impl SubWindow {
     }
 
     fn set_latest(&mut self, at: Millis) {
-        if let Some(w) = self.words.get_mut(LATEST_LOW) {
-            *w = at as u32;
-        }
-        if let Some(w) = self.words.get_mut(LATEST_HIGH) {
-            *w = (at >> 32) as u32;
-        }
+        let n = self.word(N_AND_LATEST_HIGH) & 0xffff;
+        // at <= MAX_TIMESTAMP < 2^48
+        self.put(N_AND_LATEST_HIGH, n | (((at >> 32) as u32) << 16));
+        self.put(LATEST_LOW, at as u32);
     }
 
     /// The sub-interval `t` falls in.
     fn index(&self, t: Millis) -> u64 {
         t / self.resolution()
+    }
+
+    /// The sub-intervals the ring describes.
+    fn span(&self) -> (u64, u64) {
+        let newest = self.index(self.latest());
+        (newest.saturating_sub(self.n()), newest)
     }
 
     fn slot(&self, i: u64) -> usize {
@@ -167,58 +192,82 @@ impl SubWindow {
 
     /// The counter of sub-interval `i`, 0 outside the ring.
     fn count(&self, i: u64) -> u64 {
-        let newest = self.index(self.latest());
-        if i > newest || i + self.n() < newest {
-            return 0;
-        }
-        u64::from(self.word(self.slot(i)))
-    }
-
-    fn set(&mut self, i: u64, c: u32) {
-        let slot = self.slot(i);
-        if let Some(w) = self.words.get_mut(slot) {
-            *w = c;
+        let (oldest, newest) = self.span();
+        if (oldest..=newest).contains(&i) {
+            u64::from(self.word(self.slot(i)))
+        } else {
+            0
         }
     }
 
-    /// The estimate at `now` (not before `latest`): the full sub-intervals, then the
-    /// trailing one and the units of it the window still counts.
+    /// Sets the counter of sub-interval `i`, in the ring, leaving the total as it is.
+    fn put_count(&mut self, i: u64, c: u32) {
+        self.put(self.slot(i), c);
+    }
+
+    /// The counters of sub-intervals `first ..= last`, which must lie in the ring, in order.
+    fn ring(&self, first: u64, last: u64) -> impl DoubleEndedIterator<Item = u64> + '_ {
+        let len = (last + 1).saturating_sub(first).min(self.n() + 1) as usize;
+        let counters = self.words.get(HEADER_WORDS..).unwrap_or_default();
+        let start = ((first % (self.n() + 1)) as usize).min(counters.len());
+        let (before, from) = counters.split_at(start);
+        let wrapped = len.saturating_sub(from.len());
+        let from = from.get(..len.min(from.len())).unwrap_or_default();
+        let before = before.get(..wrapped).unwrap_or_default();
+        from.iter().chain(before).map(|&c| u64::from(c))
+    }
+
+    /// The estimate at `now` (not before `latest`): the units of the full sub-intervals and
+    /// of the trailing one, and the trailing units the window still counts.
     fn estimate(&self, now: Millis) -> (u64, u64, u64) {
         let (n, res) = (self.n(), self.resolution());
+        let (oldest, newest) = self.span();
         let current = self.index(now);
-        let first = (current + 1).saturating_sub(n);
-        let full = (first..=current).map(|i| self.count(i)).sum::<u64>();
-        let trail = current.checked_sub(n).map_or(0, |i| self.count(i));
+        // Everything up to the trailing sub-interval has left the full window.
+        let (gone, trail) = match current.checked_sub(n) {
+            Some(t) if t >= oldest => {
+                let last = t.min(newest);
+                (self.ring(oldest, last).sum::<u64>(), self.count(t))
+            }
+            _ => (0, 0),
+        };
+        let full = self.total().saturating_sub(gone);
         (full, trail, weighted(trail, now % res, res))
     }
 
-    /// How long until `cost` more units fit, given the estimate at `now`; `cost <= limit`.
+    /// How long until `cost` more units fit, given the full part of the estimate at `now`;
+    /// `cost <= limit`, and the call at `now` was refused.
     fn wait(&self, now: Millis, limit: u64, cost: u64, mut full: u64) -> Wait {
         let (n, res) = (self.n(), self.resolution());
+        let (oldest, newest) = self.span();
         let current = self.index(now);
-        // Sub-interval by sub-interval: nothing new arrives, so the full part only loses
-        // the one that becomes trailing, and within a sub-interval the trailing weight falls.
-        for k in 0..=n + 1 {
-            let i = current + k;
-            let trail = i.checked_sub(n).map_or(0, |j| self.count(j));
-            if k > 0 {
+        let offset = now % res;
+        // Sub-interval by sub-interval, nothing new arriving: at the step where sub-interval
+        // `t` trails (the current one being `t + n`), the full part has lost `t`, and the
+        // trailing weight falls within the step. Steps whose trailing sub-interval is empty
+        // change nothing, so only the ring's are visited.
+        let first = current.saturating_sub(n).max(oldest);
+        for (t, trail) in (first..=newest).zip(self.ring(first, newest)) {
+            let step = t + n;
+            if step > current {
                 full -= trail.min(full);
             }
             let Some(budget) = limit.checked_sub(cost + full) else {
                 continue;
             };
-            let start = if k == 0 { now % res + 1 } else { 0 };
+            let start = if step == current { offset + 1 } else { 0 };
             // The first offset where ceil(trail * (res - 1 - o) / res) <= budget.
             let first_fit = match (budget * res).checked_div(trail) {
                 Some(room) => (res - 1).saturating_sub(room),
                 None => 0,
             };
-            let offset = first_fit.max(start);
-            if offset < res {
-                return Wait::Ms(i * res + offset - now);
+            let at = first_fit.max(start);
+            if at < res {
+                return Wait::Ms(step * res + at - now);
             }
         }
-        Wait::Never
+        // Everything has gone once the newest sub-interval stops trailing.
+        Wait::Ms(((newest + n + 1) * res).saturating_sub(now))
     }
 
     /// When the newest counted unit stops counting: the last millisecond of the sub-interval
@@ -229,19 +278,24 @@ impl SubWindow {
 
     /// The newest sub-interval with a unit in it.
     fn newest_counted(&self) -> Option<u64> {
-        let latest = self.index(self.latest());
-        (0..=self.n())
-            .filter_map(|k| latest.checked_sub(k))
-            .find(|&i| self.count(i) > 0)
+        if self.total() == 0 {
+            return None;
+        }
+        let (oldest, newest) = self.span();
+        let back = self.ring(oldest, newest).rev().position(|c| c > 0)?;
+        Some(newest - back as u64)
     }
 
     /// Moves the ring forward to `now`, clearing the sub-intervals it passes.
     fn advance(&mut self, now: Millis) {
         let (from, to) = (self.index(self.latest()), self.index(now));
         let cleared = (to - from).min(self.n() + 1);
+        let mut total = self.word(TOTAL);
         for i in (to + 1 - cleared)..=to {
-            self.set(i, 0);
+            total -= self.word(self.slot(i)).min(total);
+            self.put_count(i, 0);
         }
+        self.put(TOTAL, total);
         self.set_latest(now);
     }
 
@@ -250,17 +304,19 @@ impl SubWindow {
     pub fn refund(&mut self, now: Millis, units: u64) -> Decision {
         let now = now.max(self.latest());
         self.advance(now);
+        let (oldest, newest) = self.span();
         let mut left = units;
-        let current = self.index(now);
-        for i in (0..=self.n()).filter_map(|k| current.checked_sub(k)) {
+        for i in (oldest..=newest).rev() {
             if left == 0 {
                 break;
             }
             let c = self.count(i);
             let take = c.min(left);
-            self.set(i, (c - take) as u32);
+            self.put_count(i, (c - take) as u32);
             left -= take;
         }
+        let total = self.total() - (units - left);
+        self.put(TOTAL, total as u32);
         self.peek(now)
     }
 
@@ -328,17 +384,20 @@ impl Limit for SubWindow {
             return false;
         }
         let current = self.index(now);
-        let Some(count) = self.count(current).checked_add(cost) else {
-            return false;
-        };
-        let Ok(count) = u32::try_from(count) else {
+        // What the ring holds once moved to `now`, plus the cost.
+        let passed = (current - self.index(self.latest())).min(self.n() + 1);
+        let leaving = self.ring(current + 1 - passed, current).sum::<u64>();
+        let after_advance = self.total() - leaving.min(self.total());
+        let (Ok(count), Ok(total)) = (
+            u32::try_from(self.count(current) + cost),
+            u32::try_from(after_advance + cost),
+        ) else {
             return false;
         };
         self.advance(now);
-        self.set(current, count);
-        if let Some(w) = self.words.get_mut(LIMIT) {
-            *w = p.limit as u32;
-        }
+        self.put_count(current, count);
+        self.put(TOTAL, total);
+        self.put(LIMIT, p.limit as u32);
         true
     }
 
@@ -347,7 +406,8 @@ impl Limit for SubWindow {
     }
 
     fn latest(&self) -> Millis {
-        u64::from(self.word(LATEST_LOW)) | (u64::from(self.word(LATEST_HIGH)) << 32)
+        let high = u64::from(self.word(N_AND_LATEST_HIGH) >> 16);
+        (high << 32) | u64::from(self.word(LATEST_LOW))
     }
 
     /// A new window or resolution: every counted unit moves to the new sub-interval holding
@@ -361,19 +421,21 @@ impl Limit for SubWindow {
         let latest = self.latest();
         let mut new = SubWindow::new(p);
         new.set_latest(latest);
-        let (newest, res) = (self.index(latest), self.resolution());
-        for i in (0..=self.n()).filter_map(|k| newest.checked_sub(k)) {
-            let c = self.count(i);
-            if c == 0 {
+        let res = self.resolution();
+        let (oldest, newest) = self.span();
+        let (new_oldest, _) = new.span();
+        let mut total: u64 = 0;
+        for (i, c) in (oldest..=newest).zip(self.ring(oldest, newest)) {
+            let j = new.index(((i + 1) * res - 1).min(latest));
+            if c == 0 || j < new_oldest {
                 continue;
             }
-            let at = ((i + 1) * res - 1).min(latest);
-            let j = new.index(at);
-            if j + new.n() >= new.index(latest) {
-                let sum = (new.count(j) + c).min(MAX_LIMIT);
-                new.set(j, sum as u32);
-            }
+            let sum = (new.count(j) + c).min(MAX_LIMIT);
+            total += sum - new.count(j);
+            new.put_count(j, sum as u32);
         }
+        // At most the old total, which fitted.
+        new.put(TOTAL, total.min(u64::from(u32::MAX)) as u32);
         Some(new)
     }
 }
@@ -567,17 +629,19 @@ mod tests {
             n in 1u64..6,
             res in 1u64..7,
             steps in prop::collection::vec((0u64..20, 0u64..4, prop::bool::weighted(0.1)), 1..120),
+            near_epoch in any::<bool>(),
         ) {
             let params = p(limit, n * res, res);
             let mut w = SubWindow::new(&params);
             let mut naive = Naive::default();
-            let mut now = T0;
+            let mut now = if near_epoch { 0 } else { T0 };
             for (gap, cost, back) in steps {
                 let at = if back { now.saturating_sub(gap) } else { now + gap };
                 now = now.max(at);
                 let d = w.acquire(at, &params, cost);
                 let want = naive.acquire(at, &params, cost);
                 prop_assert_eq!((d.allowed, d.remaining, d.retry_after, d.reset_after_ms), want);
+                prop_assert_eq!(w.total(), w.counts().sum::<u64>());
             }
         }
 
@@ -596,6 +660,7 @@ mod tests {
                 naive.acquire(now, &params, cost);
             }
             let d = w.refund(now, refund);
+            prop_assert_eq!(w.total(), w.counts().sum::<u64>());
             // The model takes back units from its newest records, within the ring.
             let mut left = refund;
             for (t, c) in naive.records.iter_mut().rev() {

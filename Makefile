@@ -8,7 +8,7 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # redis-benchmark) and libclang for bindgen.
 PACKAGES := redis-server redis-tools libclang-dev
 
-.PHONY: help deps build run test bench lint fmt clean
+.PHONY: help deps build run test bench accuracy lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -33,6 +33,9 @@ test: deps ## Run every unit and integration test (starts its own servers)
 
 bench: build ## Throughput and server CPU against INCR and the equivalent Lua scripts
 	bench/bench.sh
+
+accuracy: build ## RL.SUBWIN against the exact RL.SLIDE on simulated traffic (a table)
+	cargo run --release --example accuracy
 
 lint: ## rustfmt check and clippy on every target
 	cargo fmt --all -- --check

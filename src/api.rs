@@ -107,14 +107,32 @@ pub unsafe fn dispatch(
                 wrong_arity(ctx);
             }
         }
-        Err(e) => {
-            // Our messages never hold a NUL; should one ever, the reply is still an error.
-            let msg = std::ffi::CString::new(e.to_string())
-                .unwrap_or_else(|_| c"ERR invalid error message".to_owned());
-            raw::reply_with_error(ctx, msg.as_ptr());
-        }
+        Err(e) => reply_error(ctx, &e.to_string()),
     }
     raw::REDISMODULE_OK as c_int
+}
+
+/// Replies with `msg` as an error, bytes kept as they are (an error may quote a client's
+/// UTF-8), except the ones RESP cannot carry in an error line. Not `raw::reply_with_error`:
+/// it turns each character into one byte, and so aborts the server on a client's
+/// non-ASCII argument that maps to NUL.
+fn reply_error(ctx: *mut raw::RedisModuleCtx, msg: &str) {
+    let bytes: Vec<u8> = msg
+        .bytes()
+        .map(|b| match b {
+            b'\r' | b'\n' | 0 => b' ',
+            b => b,
+        })
+        .collect();
+    let Ok(msg) = std::ffi::CString::new(bytes) else {
+        return; // unreachable: every NUL was replaced
+    };
+    // SAFETY: ctx is the command's context and msg a valid C string for the call.
+    unsafe {
+        if let Some(reply) = raw::RedisModule_ReplyWithError {
+            reply(ctx, msg.as_ptr());
+        }
+    }
 }
 
 /// Keywords used in replicated commands, created once at load and never freed.

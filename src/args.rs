@@ -536,4 +536,81 @@ mod tests {
         assert_eq!(peek(&["RL.PEEK"]), Err(Error::Arity));
         assert_eq!(restore(&["RL.RESTORE", "k"]), Err(Error::Arity));
     }
+
+    /// Words a client might send: numbers near every bound, keywords, junk.
+    fn word() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        prop_oneof![
+            prop::sample::select(vec![
+                "0",
+                "1",
+                "7",
+                "100",
+                "1000",
+                "4096",
+                "60000",
+                "2147483647",
+                "2147483648",
+                "4294967295",
+                "4294967296",
+                "2678400000",
+                "253402300799999",
+                "9223372036854775807",
+                "18446744073709551616",
+                "-1",
+                "",
+                "COST",
+                "NOW",
+                "BURST",
+                "MAXDELAY",
+                "ALIGN",
+                "cost",
+                "x",
+            ])
+            .prop_map(|w| w.as_bytes().to_vec()),
+            prop::collection::vec(any::<u8>(), 0..24),
+        ]
+    }
+
+    // The argument parsers' fuzzer: `make fuzz` runs it longer (PROPTEST_CASES).
+    proptest::proptest! {
+        #[test]
+        fn fuzz_any_arguments_parse_to_valid_requests_or_errors(
+            words in proptest::collection::vec(word(), 0..12),
+        ) {
+            struct Word(Vec<u8>);
+            impl AsBytes for Word {
+                fn as_bytes(&self) -> &[u8] {
+                    &self.0
+                }
+            }
+            let mut args = vec![Word(b"RL.X".to_vec()), Word(b"key".to_vec())];
+            args.extend(words.into_iter().map(Word));
+            if let Ok(s) = slide(&args) {
+                let in_range = |w: &Window| {
+                    (1..=MAX_LIMIT).contains(&w.limit) && (1..=MAX_WINDOW_MS).contains(&w.window_ms)
+                };
+                let all = s.windows.as_slice().iter().all(in_range);
+                proptest::prop_assert!(all);
+            }
+            if let Ok(r) = token(&args) {
+                proptest::prop_assert!(r.params.limit <= MAX_RATE_LIMIT && r.params.burst >= 1);
+            }
+            if let Ok(r) = leaky(&args) {
+                proptest::prop_assert!(r.params.max_delay_ms <= gcra::MAX_WINDOW_MS);
+            }
+            if let Ok(f) = fixed(&args) {
+                proptest::prop_assert!(f.params.valid());
+            }
+            if let Ok(w) = subwin(&args) {
+                proptest::prop_assert!(w.params.valid());
+            }
+            for opts in [peek(&args).map(|now| Options { cost: 1, now }), refund(&args)] {
+                if let Ok(o) = opts {
+                    proptest::prop_assert!(o.now.is_none_or(|t| t <= MAX_TIMESTAMP));
+                }
+            }
+            let _ = restore(&args);
+        }
+    }
 }

@@ -584,10 +584,87 @@ mod tests {
         assert!(Limiter::decode(&version).is_err());
     }
 
+    /// One encoding of every kind, for the fuzzers to damage.
+    fn seeds() -> Vec<Vec<u8>> {
+        vec![
+            sample().encode(),
+            TOKEN_V1.to_vec(),
+            LEAKY_V1.to_vec(),
+            FIXED_V1.to_vec(),
+            SUBWIN_V1.to_vec(),
+        ]
+    }
+
+    /// One damage: flip a bit, overwrite, insert or delete a byte, or cut the tail.
+    #[derive(Clone, Debug)]
+    enum Damage {
+        Flip(usize, u8),
+        Set(usize, u8),
+        Insert(usize, u8),
+        Delete(usize),
+        Cut(usize),
+    }
+
+    fn damage() -> impl Strategy<Value = Damage> {
+        prop_oneof![
+            (any::<usize>(), 0u8..8).prop_map(|(p, b)| Damage::Flip(p, b)),
+            (any::<usize>(), any::<u8>()).prop_map(|(p, v)| Damage::Set(p, v)),
+            (any::<usize>(), any::<u8>()).prop_map(|(p, v)| Damage::Insert(p, v)),
+            any::<usize>().prop_map(Damage::Delete),
+            any::<usize>().prop_map(Damage::Cut),
+        ]
+    }
+
+    fn apply(bytes: &mut Vec<u8>, d: &Damage) {
+        let at = |p: usize, len: usize| if len == 0 { 0 } else { p % len };
+        match *d {
+            Damage::Flip(p, b) if !bytes.is_empty() => {
+                let i = at(p, bytes.len());
+                bytes[i] ^= 1 << b;
+            }
+            Damage::Set(p, v) if !bytes.is_empty() => {
+                let i = at(p, bytes.len());
+                bytes[i] = v;
+            }
+            Damage::Insert(p, v) => bytes.insert(at(p, bytes.len() + 1), v),
+            Damage::Delete(p) if !bytes.is_empty() => {
+                bytes.remove(at(p, bytes.len()));
+            }
+            Damage::Cut(p) => bytes.truncate(at(p, bytes.len() + 1)),
+            _ => {}
+        }
+    }
+
+    // The decoder's fuzzer: damaged encodings of every kind. `make fuzz` runs it longer
+    // (PROPTEST_CASES).
     proptest! {
         #[test]
         fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..80)) {
             let _ = Limiter::decode(&bytes);
+        }
+
+        #[test]
+        fn fuzz_damaged_encodings_are_refused_or_sound(
+            seed in 0usize..5,
+            damages in prop::collection::vec(damage(), 1..6),
+            times in prop::collection::vec(0u64..5_000, 1..4),
+        ) {
+            let mut bytes = seeds()[seed].clone();
+            for d in &damages {
+                apply(&mut bytes, d);
+            }
+            if let Ok(mut limiter) = Limiter::decode(&bytes) {
+                // Accepted: a canonical state that works like any other.
+                let again = limiter.encode();
+                prop_assert_eq!(Limiter::decode(&again).unwrap().encode(), again);
+                let base = limiter.latest();
+                for t in times {
+                    let _ = limiter.peek(base + t).as_reply();
+                    let _ = limiter.refund(base + t, t % 3).as_reply();
+                    let _ = limiter.empty_at();
+                    let _ = limiter.mem_usage();
+                }
+            }
         }
 
         #[test]

@@ -605,10 +605,9 @@ mod tests {
             if let Ok(w) = subwin(&args) {
                 proptest::prop_assert!(w.params.valid());
             }
-            for opts in [peek(&args).map(|now| Options { cost: 1, now }), refund(&args)] {
-                if let Ok(o) = opts {
-                    proptest::prop_assert!(o.now.is_none_or(|t| t <= MAX_TIMESTAMP));
-                }
+            let parsed = [peek(&args).map(|now| Options { cost: 1, now }), refund(&args)];
+            for o in parsed.into_iter().flatten() {
+                proptest::prop_assert!(o.now.is_none_or(|t| t <= MAX_TIMESTAMP));
             }
             let _ = restore(&args);
         }

@@ -8,7 +8,7 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # redis-benchmark) and libclang for bindgen.
 PACKAGES := redis-server redis-tools libclang-dev
 
-.PHONY: help deps build run test bench accuracy lint fmt clean
+.PHONY: help deps build run test bench accuracy fuzz lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -36,6 +36,10 @@ bench: build ## Throughput and server CPU against INCR and the equivalent Lua sc
 
 accuracy: build ## RL.SUBWIN against the exact RL.SLIDE on simulated traffic (a table)
 	cargo run --release --example accuracy
+
+fuzz: build ## Long fuzz run of the parsers and of loading damaged payloads (FUZZ_ITERATIONS, PROPTEST_CASES)
+	FUZZ_ITERATIONS=$${FUZZ_ITERATIONS:-100000} cargo test --release --test fuzz -- --nocapture
+	PROPTEST_CASES=$${PROPTEST_CASES:-100000} cargo test --release --lib fuzz_
 
 lint: ## rustfmt check and clippy on every target
 	cargo fmt --all -- --check

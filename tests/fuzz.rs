@@ -160,8 +160,12 @@ fn fuzz_restore_of_damaged_dump_payloads() {
         match reply {
             Ok(_) => {
                 loaded += 1;
-                if exists == 1 {
+                // A damaged type byte can make it a value of Redis's own types: not ours.
+                let kind: String = redis::cmd("TYPE").arg(&key).query(&mut c).expect("TYPE");
+                if exists == 1 && kind == "ratelimit" {
                     assert_sound(&mut c, &key, t + 1000, &what);
+                }
+                if exists == 1 {
                     let _: i64 = redis::cmd("DEL").arg(&key).query(&mut c).expect("DEL");
                 }
             }
@@ -176,7 +180,7 @@ fn fuzz_restore_of_damaged_dump_payloads() {
         }
     }
     ping(&mut c);
-    eprintln!("RESTORE fuzz: {loaded} damaged payloads loaded soundly, {refused} refused");
+    eprintln!("RESTORE fuzz: {loaded} damaged payloads accepted (limiters among them sound), {refused} refused");
 }
 
 /// Version 1 payloads of every kind, as committed in `src/value.rs`.
@@ -239,5 +243,5 @@ fn fuzz_rl_restore_of_damaged_payloads() {
         }
     }
     ping(&mut c);
-    eprintln!("RL.RESTORE fuzz: {loaded} damaged payloads loaded soundly, {refused} refused");
+    eprintln!("RL.RESTORE fuzz: {loaded} damaged payloads accepted (limiters among them sound), {refused} refused");
 }

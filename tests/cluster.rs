@@ -1,0 +1,773 @@
+//! Redis Cluster: three primaries and three replicas, each with the module. Every RL.* command
+//! takes one key, so a cluster client routes it like any single-key command; hash-tagged keys
+//! share a slot and go through one MULTI or one script; a slot moves with its limiters;
+//! replicas hold the primaries' limiters, and a failover keeps every limiter the promoted
+//! replica had received.
+
+mod common;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use common::{int, run, text, unix_ms, wait_until, Server};
+use redis::cluster::{cluster_pipe, ClusterClient, ClusterConnection};
+use redis::cluster_routing::get_slot;
+use redis::{Connection, Value};
+use rstest::rstest;
+
+/// Limiter keys spread over the slots.
+const KEYS: usize = 10_000;
+/// Commands per pipeline (the cluster client splits each one per node).
+const PIPELINE: usize = 6_000;
+/// Every window is 10 minutes: no key expires while the test runs.
+const WINDOW: u64 = 600_000;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// One shard as `CLUSTER NODES` describes it: its slot ranges, its primary and its replica
+/// (0 while it has none).
+#[derive(Debug, Clone)]
+struct Shard {
+    slots: Vec<(u16, u16)>,
+    primary: u16,
+    replica: u16,
+}
+
+impl Shard {
+    fn owns(&self, slot: u16) -> bool {
+        self.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot))
+    }
+
+    fn size(&self) -> usize {
+        self.slots.iter().map(|(a, b)| (b - a) as usize + 1).sum()
+    }
+}
+
+/// Six cluster nodes on free ports, in their own directories; dropping it kills and removes
+/// them all (each [`Server`] does so on drop, also when the test fails).
+struct Cluster {
+    nodes: Vec<Server>,
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let nodes: Vec<Server> = (0..6)
+            .map(|_| {
+                // The bus port is given, not left at port + 10000: that is over 65535 for
+                // ports above 55535, which the kernel hands out.
+                let bus = free_port().to_string();
+                Server::start(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                    "--cluster-port",
+                    &bus,
+                    // Replicas sync at once instead of after the default 5 s.
+                    "--repl-diskless-sync-delay",
+                    "0",
+                ])
+            })
+            .collect();
+        let cluster = Cluster { nodes };
+        cluster.create();
+        cluster.wait_healthy(30);
+        cluster
+    }
+
+    fn ports(&self) -> Vec<u16> {
+        self.nodes.iter().map(|s| s.port).collect()
+    }
+
+    fn node(&self, port: u16) -> &Server {
+        self.nodes
+            .iter()
+            .find(|s| s.port == port)
+            .expect("a node of this cluster")
+    }
+
+    fn conn(&self, port: u16) -> Connection {
+        self.node(port).conn()
+    }
+
+    /// `redis-cli --cluster create`, killed if it takes more than 60 seconds.
+    fn create(&self) {
+        let log_path = self.nodes[0].path("cluster-create.log");
+        let log = File::create(&log_path).expect("create log");
+        let mut cmd = Command::new("redis-cli");
+        cmd.arg("--cluster").arg("create");
+        for port in self.ports() {
+            cmd.arg(format!("127.0.0.1:{port}"));
+        }
+        cmd.args(["--cluster-replicas", "1", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log);
+        let mut child = cmd.spawn().expect("redis-cli on PATH (make deps)");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                break Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            sleep(Duration::from_millis(50));
+        };
+        let out = std::fs::read_to_string(&log_path).unwrap_or_default();
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "redis-cli --cluster create failed or timed out ({status:?}):\n{out}"
+        );
+    }
+
+    /// Waits until every node says `cluster_state:ok` and sees three shards covering every
+    /// slot, each with a replica whose link to its primary is up.
+    fn wait_healthy(&self, secs: u64) {
+        wait_until("a healthy cluster", secs, || {
+            self.ports().into_iter().all(|port| {
+                let Ok(mut c) = self.node(port).conn_checked() else {
+                    return false;
+                };
+                let state = text(&mut c, &["CLUSTER", "INFO"]);
+                let map = shards(&mut c);
+                state.contains("cluster_state:ok")
+                    && map.len() == 3
+                    && map.iter().map(Shard::size).sum::<usize>() == 16384
+                    && map.iter().all(|s| {
+                        s.replica != 0
+                            && self.node(s.replica).conn_checked().is_ok_and(|mut r| {
+                                info_field(&mut r, "replication", "master_link_status") == "up"
+                            })
+                    })
+            })
+        });
+    }
+}
+
+/// The shard that owns `slot`.
+fn shard_of(map: &[Shard], slot: u16) -> &Shard {
+    map.iter()
+        .find(|s| s.owns(slot))
+        .expect("a shard for every slot")
+}
+
+trait CheckedConn {
+    fn conn_checked(&self) -> redis::RedisResult<Connection>;
+}
+
+impl CheckedConn for Server {
+    /// A connection that may fail (a node being killed), where `conn` panics.
+    fn conn_checked(&self) -> redis::RedisResult<Connection> {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?;
+        let c = client.get_connection_with_timeout(Duration::from_secs(2))?;
+        c.set_read_timeout(Some(Duration::from_secs(10)))?;
+        Ok(c)
+    }
+}
+
+/// A line of `CLUSTER NODES`.
+struct Node {
+    id: String,
+    port: u16,
+    /// `master` or `slave`, and not failed.
+    primary: bool,
+    replica: bool,
+    /// The primary's id, for a replica.
+    of: String,
+    slots: Vec<(u16, u16)>,
+}
+
+impl Node {
+    /// `<id> <ip:port@bus> <flags> <primary> <ping> <pong> <epoch> <link> <slot ranges...>`
+    fn parse(line: &str) -> Option<Node> {
+        let f: Vec<&str> = line.split(' ').collect();
+        let flags: Vec<&str> = f.get(2)?.split(',').collect();
+        let up = !flags.iter().any(|f| *f == "fail" || *f == "fail?");
+        Some(Node {
+            id: f[0].to_string(),
+            port: f.get(1)?.split([':', '@']).nth(1)?.parse().ok()?,
+            primary: up && flags.contains(&"master"),
+            replica: up && flags.contains(&"slave"),
+            of: f.get(3)?.to_string(),
+            slots: (f.iter().skip(8))
+                .filter_map(|r| match r.split_once('-') {
+                    Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
+                    None => r.parse().ok().map(|a| (a, a)),
+                })
+                .collect(),
+        })
+    }
+}
+
+/// The shards as a node sees them in `CLUSTER NODES`: each primary holding slots, with its
+/// replica. (`CLUSTER SLOTS` leaves out a replica until it has a replication offset, up to
+/// 10 s on an idle cluster.)
+fn shards(c: &mut Connection) -> Vec<Shard> {
+    let nodes: String = run(c, &["CLUSTER", "NODES"])
+        .and_then(|v| redis::from_redis_value(&v))
+        .unwrap_or_default();
+    let nodes: Vec<Node> = nodes.lines().filter_map(Node::parse).collect();
+    (nodes.iter())
+        .filter(|n| n.primary && !n.slots.is_empty())
+        .map(|n| Shard {
+            slots: n.slots.clone(),
+            primary: n.port,
+            replica: (nodes.iter())
+                .find(|r| r.replica && r.of == n.id)
+                .map_or(0, |r| r.port),
+        })
+        .collect()
+}
+
+/// A reply as five integers, `None` for nil; anything else fails the test.
+fn five(what: &str, v: &Value) -> Option<[i64; 5]> {
+    if *v == Value::Nil {
+        return None;
+    }
+    let v: Vec<i64> = redis::from_redis_value(v).unwrap_or_else(|e| panic!("{what}: {v:?}: {e}"));
+    Some(
+        v.try_into()
+            .unwrap_or_else(|v| panic!("{what}: not 5 fields: {v:?}")),
+    )
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Kind {
+    Slide,
+    Subwin,
+    Token,
+    Leaky,
+    Fixed,
+}
+
+/// Limiter `i` of the test: its key, its kind and how many requests it gets (1 to 5; the
+/// kinds with a limit of 3 or 4 refuse the last ones).
+struct Limiter {
+    key: String,
+    kind: Kind,
+    calls: u64,
+}
+
+impl Limiter {
+    fn new(i: usize) -> Limiter {
+        let kind = [
+            Kind::Slide,
+            Kind::Subwin,
+            Kind::Token,
+            Kind::Leaky,
+            Kind::Fixed,
+        ][i % 5];
+        Limiter {
+            key: format!("rl:{kind:?}:{i}").to_lowercase(),
+            kind,
+            calls: 1 + (i as u64 / 5) % 5,
+        }
+    }
+
+    /// Request `j`, made at `t + j`.
+    fn request(&self, t: u64, j: u64) -> Vec<String> {
+        let args = match self.kind {
+            Kind::Slide => vec!["RL.SLIDE", "3", "600000"],
+            Kind::Subwin => vec!["RL.SUBWIN", "4", "600000", "60000"],
+            Kind::Token => vec!["RL.TOKEN", "4", "600000"],
+            Kind::Leaky => vec!["RL.LEAKY", "4", "600000"],
+            Kind::Fixed => vec!["RL.FIXED", "3", "600000"],
+        };
+        let mut words = vec![args[0].to_string(), self.key.clone()];
+        words.extend(args[1..].iter().map(|s| s.to_string()));
+        words.extend(["NOW".to_string(), (t + j).to_string()]);
+        words
+    }
+
+    /// The reply request `j` must get, worked out from the README's definitions (`None`
+    /// where it is left to the comparison with a single server: a refused `RL.SUBWIN`).
+    fn expected(&self, t: u64, j: u64) -> Option<[i64; 5]> {
+        let (w, j) = (WINDOW as i64, j as i64);
+        // Token and leaky buckets: one unit every 600000 / 4 ms.
+        let step = w / 4;
+        Some(match self.kind {
+            // The first 3 are logged; then the one at t leaves the window at t + w, and the
+            // log is empty once the one at t + 2 has left.
+            Kind::Slide if j < 3 => [1, 3, 2 - j, 0, w],
+            Kind::Slide => [0, 3, 0, w - j, w + 2 - j],
+            // The sub-interval holding the last call stops trailing one resolution after the
+            // window has passed it.
+            Kind::Subwin if j < 4 => {
+                let now = t as i64 + j;
+                let start = now - now % 60_000;
+                [1, 4, 3 - j, 0, start + w + 60_000 - 1 - now]
+            }
+            Kind::Subwin => return None,
+            // Full after `step` per token taken; refused, the next token comes `step` after
+            // the bucket emptied.
+            Kind::Token if j < 4 => [1, 4, 3 - j, 0, step * (j + 1) - j],
+            Kind::Token => [0, 4, 0, step - j, w - j],
+            // Bookings one `step` apart; MAXDELAY (the window) holds 4 more after the first.
+            Kind::Leaky => [1, 5, 4 - j, step * j - j, step * (j + 1) - j],
+            Kind::Fixed if j < 3 => [1, 3, 2 - j, 0, w - j],
+            Kind::Fixed => [0, 3, 0, w - j, w - j],
+        })
+    }
+}
+
+fn cmd(words: &[String]) -> redis::Cmd {
+    let mut c = redis::cmd(&words[0]);
+    for w in &words[1..] {
+        c.arg(w);
+    }
+    c
+}
+
+/// Runs `commands` through the cluster client, pipelined.
+fn cluster_run(c: &mut ClusterConnection, commands: &[Vec<String>]) -> Vec<Value> {
+    let mut replies = Vec::with_capacity(commands.len());
+    for chunk in commands.chunks(PIPELINE) {
+        let mut pipe = cluster_pipe();
+        for words in chunk {
+            pipe.add_command(cmd(words));
+        }
+        let out: Vec<Value> = pipe.query(c).expect("cluster pipeline");
+        replies.extend(out);
+    }
+    replies
+}
+
+/// Runs `commands` on one server, pipelined.
+fn single_run(c: &mut Connection, commands: &[Vec<String>]) -> Vec<Value> {
+    let mut replies = Vec::with_capacity(commands.len());
+    for chunk in commands.chunks(PIPELINE) {
+        let mut pipe = redis::pipe();
+        for words in chunk {
+            pipe.add_command(cmd(words));
+        }
+        let out: Vec<Value> = pipe.query(c).expect("pipeline");
+        replies.extend(out);
+    }
+    replies
+}
+
+fn client(ports: &[u16]) -> ClusterConnection {
+    let seeds: Vec<String> = ports
+        .iter()
+        .map(|p| format!("redis://127.0.0.1:{p}/"))
+        .collect();
+    ClusterClient::new(seeds)
+        .and_then(|c| c.get_connection())
+        .expect("cluster client")
+}
+
+/// `INFO` field `name` of `section`.
+fn info_field(c: &mut Connection, section: &str, name: &str) -> String {
+    text(c, &["INFO", section])
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+/// `words` with `NOW <ms>` appended.
+fn at(words: &[&str], now: u64) -> Vec<String> {
+    let mut v: Vec<String> = words.iter().map(|w| w.to_string()).collect();
+    v.extend(["NOW".to_string(), now.to_string()]);
+    v
+}
+
+#[rstest]
+fn limiters_route_replicate_and_survive_a_failover() {
+    let started = Instant::now();
+    let cluster = Cluster::start();
+    let map = shards(&mut cluster.conn(cluster.nodes[0].port));
+    eprintln!("cluster up in {:?}: {map:?}", started.elapsed());
+    let primaries: Vec<u16> = map.iter().map(|s| s.primary).collect();
+    let mut c = client(&primaries);
+    // The same calls also go to a single server with the module: every reply must match.
+    let single = Server::start(&[]);
+    let mut s = single.conn();
+    let t = unix_ms();
+    let limiters: Vec<Limiter> = (0..KEYS).map(Limiter::new).collect();
+
+    // Every kind of limiter, through the cluster client: the replies worked out by hand.
+    let (requests, expected): (Vec<_>, Vec<_>) = limiters
+        .iter()
+        .flat_map(|l| (0..l.calls).map(move |j| (l.request(t, j), (l.kind, l.expected(t, j)))))
+        .unzip();
+    let timer = Instant::now();
+    let got = cluster_run(&mut c, &requests);
+    eprintln!("{} requests in {:?}", requests.len(), timer.elapsed());
+    let reference = single_run(&mut s, &requests);
+    let mut refused = HashMap::new();
+    for (i, words) in requests.iter().enumerate() {
+        let what = words.join(" ");
+        let reply = five(&what, &got[i]).unwrap_or_else(|| panic!("{what}: nil"));
+        let (kind, want) = expected[i];
+        if let Some(want) = want {
+            assert_eq!(reply, want, "{what}");
+        }
+        assert_eq!(
+            Some(reply),
+            five(&what, &reference[i]),
+            "{what}: single server"
+        );
+        *refused.entry(kind).or_insert(0) += usize::from(reply[0] == 0);
+    }
+    for kind in [Kind::Slide, Kind::Subwin, Kind::Token, Kind::Fixed] {
+        assert!(refused[&kind] > 0, "no {kind:?} refused");
+    }
+
+    // Refunds on a third of the keys (some become empty and go), then a peek at every key.
+    let refunds: Vec<Vec<String>> = (limiters.iter().step_by(3))
+        .map(|l| at(&["RL.REFUND", &l.key], t + 10))
+        .collect();
+    let peeks: Vec<Vec<String>> = (limiters.iter())
+        .map(|l| at(&["RL.PEEK", &l.key], t + 20))
+        .collect();
+    let mut before = Vec::new();
+    for batch in [&refunds, &peeks] {
+        let got = cluster_run(&mut c, batch);
+        let reference = single_run(&mut s, batch);
+        for (i, words) in batch.iter().enumerate() {
+            let what = words.join(" ");
+            assert_eq!(five(&what, &got[i]), five(&what, &reference[i]), "{what}");
+        }
+        before = got;
+    }
+    let alive: Vec<bool> = before.iter().map(|v| *v != Value::Nil).collect();
+    let gone = alive.iter().filter(|a| !**a).count();
+    assert!(
+        gone > 0 && gone < KEYS / 3,
+        "{gone} keys emptied by refunds"
+    );
+
+    keys_live_on_their_slots_primary(&cluster, &map, &limiters, &alive);
+    let i = (0..KEYS).find(|&i| alive[i]).expect("a live key");
+    redirects(&cluster, &map, &limiters[i].key, &peeks[i], &before[i]);
+    hash_tags(&cluster, &map, &mut c);
+    reshard_one_slot(&cluster, &map, &limiters, &before, &mut c, t + 20);
+
+    // Every replica has everything its primary wrote.
+    for shard in &map {
+        let mut p = cluster.conn(shard.primary);
+        wait_for_replica(&mut p);
+        assert_eq!(
+            text(&mut cluster.conn(shard.replica), &["DEBUG", "DIGEST"]),
+            text(&mut p, &["DEBUG", "DIGEST"]),
+            "{shard:?}"
+        );
+    }
+
+    // Fail the primary of a shard: every limiter answers as before, those of that shard too.
+    let failed = map[0].clone();
+    let survivors = fail_over(&cluster, &failed);
+    let mut c = client(&survivors);
+    let after = cluster_run(&mut c, &peeks);
+    for (i, words) in peeks.iter().enumerate() {
+        let what = words.join(" ");
+        assert_eq!(
+            five(&what, &after[i]),
+            five(&what, &before[i]),
+            "{what} after the failover"
+        );
+    }
+    let on_failed: Vec<&Limiter> = (limiters.iter().zip(&alive))
+        .filter(|(l, a)| **a && failed.owns(get_slot(l.key.as_bytes())))
+        .map(|(l, _)| l)
+        .collect();
+    assert!(
+        on_failed.len() > KEYS / 5,
+        "{} keys on the failed shard",
+        on_failed.len()
+    );
+
+    // And they go on from there: the next request on each key of that shard gets the reply
+    // the single server (which saw the same history) gives; full limiters still refuse.
+    let next: Vec<Vec<String>> = on_failed.iter().map(|l| l.request(t, 30)).collect();
+    let got = cluster_run(&mut c, &next);
+    let reference = single_run(&mut s, &next);
+    let mut refused = 0;
+    for (i, words) in next.iter().enumerate() {
+        let what = words.join(" ");
+        let reply = five(&what, &got[i]);
+        assert_eq!(
+            reply,
+            five(&what, &reference[i]),
+            "{what} after the failover"
+        );
+        refused += usize::from(reply.is_some_and(|r| r[0] == 0));
+    }
+    assert!(refused > 0, "no limiter of the failed shard was full");
+    eprintln!("total {:?}", started.elapsed());
+}
+
+/// Each live key is on the primary that owns its slot, and only there; every primary holds a
+/// share. The test computes slots as the client does (checked against `CLUSTER KEYSLOT`).
+fn keys_live_on_their_slots_primary(
+    cluster: &Cluster,
+    map: &[Shard],
+    limiters: &[Limiter],
+    alive: &[bool],
+) {
+    let mut c = cluster.conn(map[0].primary);
+    for l in limiters.iter().step_by(97) {
+        let slot = int(&mut c, &["CLUSTER", "KEYSLOT", &l.key]);
+        assert_eq!(slot, i64::from(get_slot(l.key.as_bytes())), "{}", l.key);
+    }
+    for shard in map {
+        let mine: Vec<&Limiter> = (limiters.iter().zip(alive))
+            .filter(|(l, a)| **a && shard.owns(get_slot(l.key.as_bytes())))
+            .map(|(l, _)| l)
+            .collect();
+        assert!(mine.len() > KEYS / 5, "{shard:?}: {} keys", mine.len());
+        let mut p = cluster.conn(shard.primary);
+        assert_eq!(int(&mut p, &["DBSIZE"]), mine.len() as i64, "{shard:?}");
+        let mut pipe = redis::pipe();
+        for l in &mine {
+            pipe.cmd("EXISTS").arg(&l.key);
+        }
+        let exists: Vec<i64> = pipe.query(&mut p).expect("EXISTS");
+        assert!(exists.iter().all(|e| *e == 1), "{shard:?}");
+    }
+}
+
+/// Sent straight to a node, a limiter command for a key of another node gets MOVED like any
+/// keyed command; a replica redirects writes, and answers RL.PEEK (read-only) after
+/// READONLY, with what its primary answered (`peeked`).
+fn redirects(cluster: &Cluster, map: &[Shard], key: &str, peek: &[String], peeked: &Value) {
+    let slot = get_slot(key.as_bytes());
+    let owner = shard_of(map, slot);
+    let other = map.iter().find(|s| !s.owns(slot)).expect("another shard");
+    let e = run(
+        &mut cluster.conn(other.primary),
+        &["RL.SLIDE", key, "3", "600000"],
+    )
+    .expect_err("a redirect");
+    assert_eq!(e.code(), Some("MOVED"), "{e}");
+    let to = format!("{slot} 127.0.0.1:{}", owner.primary);
+    assert_eq!(e.detail(), Some(to.as_str()));
+
+    wait_for_replica(&mut cluster.conn(owner.primary));
+    let mut r = cluster.conn(owner.replica);
+    let peek: Vec<&str> = peek.iter().map(String::as_str).collect();
+    let e = run(&mut r, &peek).expect_err("a redirect before READONLY");
+    assert_eq!(e.code(), Some("MOVED"), "{e}");
+    run(&mut r, &["READONLY"]).expect("READONLY");
+    let answer = run(&mut r, &peek).expect("RL.PEEK on the replica");
+    assert_eq!(
+        five(key, &answer),
+        five(key, peeked),
+        "{key} on the replica"
+    );
+    let e = run(&mut r, &["RL.SLIDE", key, "3", "600000"]).expect_err("a redirect");
+    assert_eq!(
+        e.code(),
+        Some("MOVED"),
+        "a replica sends writes to its primary: {e}"
+    );
+}
+
+/// Resharding, as `redis-cli --cluster reshard` does it: a slot holding limiters moves from
+/// the second primary to the third (`SETSLOT IMPORTING`/`MIGRATING`, `MIGRATE`, `SETSLOT NODE`).
+/// `MIGRATE` carries each key with DUMP/RESTORE: it answers as before (`peeked` at `now`).
+fn reshard_one_slot(
+    cluster: &Cluster,
+    map: &[Shard],
+    limiters: &[Limiter],
+    peeked: &[Value],
+    c: &mut ClusterConnection,
+    now: u64,
+) {
+    let (from, to) = (map[1].primary, map[2].primary);
+    let (mut src, mut dst) = (cluster.conn(from), cluster.conn(to));
+    let i = (0..limiters.len())
+        .find(|&i| peeked[i] != Value::Nil && map[1].owns(get_slot(limiters[i].key.as_bytes())))
+        .expect("a live key on the second shard");
+    let key = &limiters[i].key;
+    let slot = get_slot(key.as_bytes()).to_string();
+    let keys: Vec<String> = redis::cmd("CLUSTER")
+        .arg("GETKEYSINSLOT")
+        .arg(&slot)
+        .arg(1000)
+        .query(&mut src)
+        .expect("GETKEYSINSLOT");
+    assert!(keys.contains(key), "{key} in {keys:?}");
+    let expiry: Vec<i64> = (keys.iter())
+        .map(|k| int(&mut src, &["PEXPIRETIME", k]))
+        .collect();
+    let (src_id, dst_id) = (
+        text(&mut src, &["CLUSTER", "MYID"]),
+        text(&mut dst, &["CLUSTER", "MYID"]),
+    );
+    run(
+        &mut dst,
+        &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &src_id],
+    )
+    .expect("IMPORTING");
+    run(
+        &mut src,
+        &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &dst_id],
+    )
+    .expect("MIGRATING");
+    let mut migrate = redis::cmd("MIGRATE");
+    migrate
+        .arg("127.0.0.1")
+        .arg(to)
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS");
+    for k in &keys {
+        migrate.arg(k);
+    }
+    migrate.query::<()>(&mut src).expect("MIGRATE");
+    for shard in map {
+        let mut p = cluster.conn(shard.primary);
+        run(&mut p, &["CLUSTER", "SETSLOT", &slot, "NODE", &dst_id]).expect("SETSLOT NODE");
+    }
+    assert_eq!(int(&mut src, &["CLUSTER", "COUNTKEYSINSLOT", &slot]), 0);
+    assert_eq!(
+        int(&mut dst, &["CLUSTER", "COUNTKEYSINSLOT", &slot]),
+        keys.len() as i64
+    );
+    // MIGRATE sends a relative TTL (`RESTORE-ASKING key <expiry - now> ...`) and the target
+    // adds its own clock: the expiry moves later by the milliseconds the transfer took.
+    for (k, expiry) in keys.iter().zip(expiry) {
+        let moved = int(&mut dst, &["PEXPIRETIME", k]);
+        assert!(
+            (0..1000).contains(&(moved - expiry)),
+            "{k}: {expiry} -> {moved}"
+        );
+    }
+    // Through the cluster client, which follows the move.
+    for (l, peeked) in limiters.iter().zip(peeked) {
+        if keys.contains(&l.key) {
+            let answer: Value = redis::cmd("RL.PEEK")
+                .arg(&l.key)
+                .arg("NOW")
+                .arg(now)
+                .query(c)
+                .expect("RL.PEEK");
+            assert_eq!(
+                five(&l.key, &answer),
+                five(&l.key, peeked),
+                "{} moved",
+                l.key
+            );
+        }
+    }
+}
+
+/// `{user:42}:sec` and `{user:42}:min` share a slot: one MULTI on that slot's primary, or one
+/// script through the cluster client, updates both. A MULTI over two slots is refused whole.
+fn hash_tags(cluster: &Cluster, map: &[Shard], c: &mut ClusterConnection) {
+    let (sec, min) = ("{user:42}:sec", "{user:42}:min");
+    let slot = get_slot(sec.as_bytes());
+    assert_eq!(get_slot(min.as_bytes()), slot);
+    let mut p = cluster.conn(shard_of(map, slot).primary);
+    let t = unix_ms();
+    let mut multi = redis::pipe();
+    multi.atomic();
+    for (key, limit, window) in [(sec, 10, 1000), (min, 100, 60000)] {
+        multi
+            .cmd("RL.SLIDE")
+            .arg(key)
+            .arg(limit)
+            .arg(window)
+            .arg("NOW")
+            .arg(t);
+    }
+    let replies: Vec<Vec<i64>> = multi.query(&mut p).expect("MULTI/EXEC");
+    assert_eq!(
+        replies,
+        [vec![1, 10, 9, 0, 1000], vec![1, 100, 99, 0, 60000]]
+    );
+
+    let script = "return {redis.call('RL.SLIDE', KEYS[1], 10, 1000, 'NOW', ARGV[1]), \
+                  redis.call('RL.SLIDE', KEYS[2], 100, 60000, 'NOW', ARGV[1])}";
+    let replies: Vec<Vec<i64>> = redis::cmd("EVAL")
+        .arg(script)
+        .arg(2)
+        .arg(sec)
+        .arg(min)
+        .arg(t + 1)
+        .query(c)
+        .expect("EVAL through the cluster client");
+    assert_eq!(replies[1], [1, 100, 98, 0, 60000]);
+    // The per-second key expires at t + 1000 in real time; on a stalled machine the script
+    // may find it gone and start it again.
+    if unix_ms() < t + 1000 {
+        assert_eq!(replies[0], [1, 10, 8, 0, 1000]);
+    } else {
+        assert_eq!(replies[0][..2], [1, 10]);
+    }
+
+    let stranger = (0..)
+        .map(|i| format!("user:{i}"))
+        .find(|k| {
+            let other = get_slot(k.as_bytes());
+            other != slot && shard_of(map, other).primary == shard_of(map, slot).primary
+        })
+        .expect("a key of another slot on the same node");
+    // Each command queues; EXEC refuses the transaction as a whole, so nothing runs.
+    run(&mut p, &["MULTI"]).expect("MULTI");
+    for key in [sec, &stranger] {
+        let queued = run(&mut p, &["RL.SLIDE", key, "10", "1000"]).expect("queued");
+        assert_eq!(queued, Value::SimpleString("QUEUED".into()));
+    }
+    let e = run(&mut p, &["EXEC"]).expect_err("keys of two slots in one MULTI");
+    assert_eq!(e.kind(), redis::ErrorKind::CrossSlot, "{e}");
+    assert_eq!(int(&mut p, &["EXISTS", &stranger]), 0);
+}
+
+/// `WAIT 1 5000` on a primary: its replica has acknowledged everything it was sent.
+fn wait_for_replica(primary: &mut Connection) {
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5000)
+        .query(primary)
+        .expect("WAIT");
+    assert_eq!(acked, 1, "the replica did not acknowledge");
+}
+
+/// Kills the shard's primary (`kill -9`) and waits until its replica is a primary and every
+/// other node says `cluster_state:ok` with the replica owning the shard's slots. Returns the
+/// ports of the nodes still running.
+fn fail_over(cluster: &Cluster, shard: &Shard) -> Vec<u16> {
+    let pid = info_field(&mut cluster.conn(shard.primary), "server", "process_id");
+    let killed = Command::new("kill").args(["-9", &pid]).status();
+    assert!(killed.is_ok_and(|s| s.success()), "kill -9 {pid}");
+    let timer = Instant::now();
+    let survivors: Vec<u16> = (cluster.ports().into_iter())
+        .filter(|p| *p != shard.primary)
+        .collect();
+    wait_until("the replica's promotion", 30, || {
+        let promoted = cluster
+            .node(shard.replica)
+            .conn_checked()
+            .is_ok_and(|mut r| info_field(&mut r, "replication", "role") == "master");
+        promoted
+            && survivors.iter().all(|&port| {
+                cluster.node(port).conn_checked().is_ok_and(|mut c| {
+                    text(&mut c, &["CLUSTER", "INFO"]).contains("cluster_state:ok")
+                        && shards(&mut c)
+                            .iter()
+                            .any(|s| s.slots == shard.slots && s.primary == shard.replica)
+                })
+            })
+    });
+    eprintln!("failover in {:?}", timer.elapsed());
+    survivors
+}

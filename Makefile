@@ -8,10 +8,10 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # redis-benchmark) and libclang for bindgen.
 PACKAGES := redis-server redis-tools libclang-dev
 
-.PHONY: help deps build run test bench accuracy fuzz lint fmt clean
+.PHONY: help deps build run cluster cluster-stop test bench accuracy fuzz lint fmt clean
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
 
 deps: ## Install redis-server, redis-tools and libclang-dev when missing (apt)
 	@missing=$$(for p in $(PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -27,6 +27,12 @@ build: deps ## Build the module in release mode (target/release/libredis_ratelim
 run: build ## Start redis-server on port 6379 with the module (redis.conf), in the foreground
 	mkdir -p .run
 	redis-server redis.conf --loadmodule $(CURDIR)/$(SO)
+
+cluster: build ## Start a local cluster with the module: 3 primaries, 3 replicas, ports 7000-7005
+	cluster/cluster.sh start
+
+cluster-stop: ## Stop the local cluster and remove what it created (.cluster/)
+	cluster/cluster.sh stop
 
 test: deps ## Run every unit and integration test (starts its own servers)
 	cargo test --release

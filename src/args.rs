@@ -96,18 +96,8 @@ pub struct Fixed {
 }
 
 pub fn fixed<A: AsBytes>(args: &[A]) -> Result<Fixed, Error> {
-    let limit = int(
-        args.get(2).ok_or(Error::Arity)?,
-        "limit",
-        1,
-        fixed::MAX_LIMIT,
-    )?;
-    let window_ms = int(
-        args.get(3).ok_or(Error::Arity)?,
-        "window_ms",
-        1,
-        fixed::MAX_WINDOW_MS,
-    )?;
+    let limit = positional(args, 2, "limit", 1, fixed::MAX_LIMIT)?;
+    let window_ms = positional(args, 3, "window_ms", 1, fixed::MAX_WINDOW_MS)?;
     let opts = options(
         args.get(4..).unwrap_or_default(),
         &[Opt::Align, Opt::Cost, Opt::Now],
@@ -130,24 +120,9 @@ pub struct Subwin {
 }
 
 pub fn subwin<A: AsBytes>(args: &[A]) -> Result<Subwin, Error> {
-    let limit = int(
-        args.get(2).ok_or(Error::Arity)?,
-        "limit",
-        1,
-        subwin::MAX_LIMIT,
-    )?;
-    let window_ms = int(
-        args.get(3).ok_or(Error::Arity)?,
-        "window_ms",
-        1,
-        subwin::MAX_WINDOW_MS,
-    )?;
-    let resolution_ms = int(
-        args.get(4).ok_or(Error::Arity)?,
-        "resolution_ms",
-        1,
-        window_ms,
-    )?;
+    let limit = positional(args, 2, "limit", 1, subwin::MAX_LIMIT)?;
+    let window_ms = positional(args, 3, "window_ms", 1, subwin::MAX_WINDOW_MS)?;
+    let resolution_ms = positional(args, 4, "resolution_ms", 1, window_ms)?;
     if !window_ms.is_multiple_of(resolution_ms) {
         return Err(Error::Invalid(
             "window_ms must be a multiple of resolution_ms",
@@ -170,13 +145,8 @@ pub fn subwin<A: AsBytes>(args: &[A]) -> Result<Subwin, Error> {
 }
 
 fn rate<A: AsBytes>(args: &[A], allowed: &[Opt]) -> Result<(u64, u64, Parsed), Error> {
-    let limit = int(args.get(2).ok_or(Error::Arity)?, "limit", 1, MAX_RATE_LIMIT)?;
-    let window = int(
-        args.get(3).ok_or(Error::Arity)?,
-        "window_ms",
-        1,
-        gcra::MAX_WINDOW_MS,
-    )?;
+    let limit = positional(args, 2, "limit", 1, MAX_RATE_LIMIT)?;
+    let window = positional(args, 3, "window_ms", 1, gcra::MAX_WINDOW_MS)?;
     Ok((
         limit,
         window,
@@ -302,6 +272,17 @@ fn options<A: AsBytes>(args: &[A], allowed: &[Opt]) -> Result<Parsed, Error> {
         *slot = Some(int(value, label, min, max)?);
     }
     Ok(parsed)
+}
+
+/// The required argument at `i`, a decimal integer in `min..=max`.
+fn positional<A: AsBytes>(
+    args: &[A],
+    i: usize,
+    name: &'static str,
+    min: u64,
+    max: u64,
+) -> Result<u64, Error> {
+    int(args.get(i).ok_or(Error::Arity)?, name, min, max)
 }
 
 /// A decimal integer in `min..=max`, written the way Redis writes integers.

@@ -141,46 +141,57 @@ fn fuzz_restore_of_damaged_dump_payloads() {
         .iter()
         .map(|k| redis::cmd("DUMP").arg(k).query(&mut c).expect("DUMP"))
         .collect();
+    let restore = |key: &str, payload: &[u8]| {
+        let mut cmd = redis::cmd("RESTORE");
+        cmd.arg(key).arg(0).arg(payload);
+        cmd
+    };
+    let (loaded, refused) = fuzz_loads(&mut c, &dumps, restore, t + 1000, "");
+    eprintln!("RESTORE fuzz: {loaded} damaged payloads accepted (limiters among them sound), {refused} refused");
+}
+
+/// Damages one of `seeds` at a time and loads it under a new key with `load`: each is
+/// refused with an error reply and no key, or loads, as a sound limiter when it is one
+/// (a damaged type byte can make a value of Redis's own types). A refusal's text contains
+/// `refusal`. Returns (loaded, refused).
+fn fuzz_loads(
+    c: &mut Connection,
+    seeds: &[Vec<u8>],
+    load: impl Fn(&str, &[u8]) -> redis::Cmd,
+    at: u64,
+    refusal: &str,
+) -> (usize, usize) {
     let mut rng = Rng::new();
     let (mut loaded, mut refused) = (0, 0);
     for i in 0..iterations() {
-        let which = rng.below(dumps.len());
-        let payload = damage(&mut rng, &dumps[which]);
+        let which = rng.below(seeds.len());
+        let payload = damage(&mut rng, &seeds[which]);
         let key = format!("fz:{i}");
-        let what = format!("iteration {i} ({} damaged)", keys[which]);
-        let reply: redis::RedisResult<Value> = redis::cmd("RESTORE")
-            .arg(&key)
-            .arg(0)
-            .arg(&payload[..])
-            .query(&mut c);
-        let exists: i64 = redis::cmd("EXISTS")
-            .arg(&key)
-            .query(&mut c)
-            .expect("EXISTS");
+        let what = format!("iteration {i} (seed {which}): {payload:?}");
+        let reply: redis::RedisResult<Value> = load(&key, &payload).query(c);
+        let exists: i64 = redis::cmd("EXISTS").arg(&key).query(c).expect("EXISTS");
         match reply {
             Ok(_) => {
                 loaded += 1;
-                // A damaged type byte can make it a value of Redis's own types: not ours.
-                let kind: String = redis::cmd("TYPE").arg(&key).query(&mut c).expect("TYPE");
+                let kind: String = redis::cmd("TYPE").arg(&key).query(c).expect("TYPE");
                 if exists == 1 && kind == "ratelimit" {
-                    assert_sound(&mut c, &key, t + 1000, &what);
+                    assert_sound(c, &key, at, &what);
                 }
-                if exists == 1 {
-                    let _: i64 = redis::cmd("DEL").arg(&key).query(&mut c).expect("DEL");
-                }
+                let _: i64 = redis::cmd("DEL").arg(&key).query(c).expect("DEL");
             }
             Err(e) => {
                 refused += 1;
                 assert!(e.code().is_some(), "{what}: {e}");
-                assert_eq!(exists, 0, "{what}: a refused RESTORE left a key");
+                assert!(format!("{e}").contains(refusal), "{what}: {e}");
+                assert_eq!(exists, 0, "{what}: a refused load left a key");
             }
         }
         if i % 250 == 0 {
-            ping(&mut c);
+            ping(c);
         }
     }
-    ping(&mut c);
-    eprintln!("RESTORE fuzz: {loaded} damaged payloads accepted (limiters among them sound), {refused} refused");
+    ping(c);
+    (loaded, refused)
 }
 
 /// Version 1 payloads of every kind, as committed in `src/value.rs`.
@@ -207,41 +218,13 @@ fn fuzz_rl_restore_of_damaged_payloads() {
             .expect("a committed payload loads");
         assert_eq!(reply, Value::Okay);
     }
-    let mut rng = Rng::new();
-    let (mut loaded, mut refused) = (0, 0);
-    for i in 0..iterations() {
-        let which = rng.below(PAYLOADS.len());
-        let payload = damage(&mut rng, PAYLOADS[which]);
-        let key = format!("fz:{i}");
-        let what = format!("iteration {i}: {payload:?}");
-        let reply: redis::RedisResult<Value> = redis::cmd("RL.RESTORE")
-            .arg(&key)
-            .arg(&payload[..])
-            .query(&mut c);
-        let exists: i64 = redis::cmd("EXISTS")
-            .arg(&key)
-            .query(&mut c)
-            .expect("EXISTS");
-        match reply {
-            Ok(_) => {
-                loaded += 1;
-                // Times in these payloads are near 1970: most load already expired.
-                if exists == 1 {
-                    assert_sound(&mut c, &key, 2000, &what);
-                    let _: i64 = redis::cmd("DEL").arg(&key).query(&mut c).expect("DEL");
-                }
-            }
-            Err(e) => {
-                refused += 1;
-                let text = format!("{e}");
-                assert!(text.contains("invalid limiter payload"), "{what}: {text}");
-                assert_eq!(exists, 0, "{what}: a refused RL.RESTORE left a key");
-            }
-        }
-        if i % 250 == 0 {
-            ping(&mut c);
-        }
-    }
-    ping(&mut c);
+    let seeds: Vec<Vec<u8>> = PAYLOADS.iter().map(|p| p.to_vec()).collect();
+    let restore = |key: &str, payload: &[u8]| {
+        let mut cmd = redis::cmd("RL.RESTORE");
+        cmd.arg(key).arg(payload);
+        cmd
+    };
+    // Times in these payloads are near 1970: most load already expired.
+    let (loaded, refused) = fuzz_loads(&mut c, &seeds, restore, 2000, "invalid limiter payload");
     eprintln!("RL.RESTORE fuzz: {loaded} damaged payloads accepted (limiters among them sound), {refused} refused");
 }

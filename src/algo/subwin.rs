@@ -217,9 +217,9 @@ impl SubWindow {
         from.iter().chain(before).map(|&c| u64::from(c))
     }
 
-    /// The estimate at `now` (not before `latest`): the units of the full sub-intervals and
-    /// of the trailing one, and the trailing units the window still counts.
-    fn estimate(&self, now: Millis) -> (u64, u64, u64) {
+    /// The estimate at `now` (not before `latest`): the units of the full sub-intervals, and
+    /// the trailing units the window still counts.
+    fn estimate(&self, now: Millis) -> (u64, u64) {
         let (n, res) = (self.n(), self.resolution());
         let (oldest, newest) = self.span();
         let current = self.index(now);
@@ -232,7 +232,7 @@ impl SubWindow {
             _ => (0, 0),
         };
         let full = self.total().saturating_sub(gone);
-        (full, trail, weighted(trail, now % res, res))
+        (full, weighted(trail, now % res, res))
     }
 
     /// How long until `cost` more units fit, given the full part of the estimate at `now`;
@@ -352,7 +352,7 @@ impl Limit for SubWindow {
 
     fn evaluate(&self, now: Millis, p: &Params, cost: u64) -> Decision {
         let now = now.max(self.latest());
-        let (full, _, trailing) = self.estimate(now);
+        let (full, trailing) = self.estimate(now);
         let used = full + trailing;
         let allowed = used.saturating_add(cost) <= p.limit;
         let retry_after = if allowed {

@@ -243,6 +243,24 @@ pub fn replicate_at(
     }
 }
 
+/// Propagates `PEXPIREAT key at` to replicas and the AOF.
+pub fn replicate_expire_at(ctx: &Context, key: Arg, at: u64) {
+    let Some(rep) = (unsafe { raw::RedisModule_Replicate }) else {
+        return;
+    };
+    let at = c_longlong::try_from(at).unwrap_or(c_longlong::MAX);
+    // SAFETY: the format takes a live string (the command's key argument) and a long long.
+    unsafe {
+        rep(
+            ctx.ctx,
+            c"PEXPIREAT".as_ptr(),
+            c"sl".as_ptr(),
+            key.raw(),
+            at,
+        );
+    }
+}
+
 /// Registers one command and its optional ACL categories (7.2+; skipped where the server
 /// has no ACL category API).
 pub fn create_command(

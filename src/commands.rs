@@ -5,6 +5,14 @@
 //! the exact decision time (`NOW`) it was taken at. A server executing a command that came
 //! from its primary or from the AOF applies it even where it would have decided otherwise,
 //! so replicas follow the primary's decisions. Refused and `COST 0` calls propagate nothing.
+//!
+//! Time: a call decides at its caller's time (`NOW`, else the server clock), or at the
+//! limiter's latest time when that is later (time never runs backwards for a key); waits and
+//! resets are measured from the caller's time. The key expires when its limiter is back to
+//! empty on the server's clock: a `NOW` behind the server clock keeps the key that much
+//! longer, and that absolute expiry is propagated with the change.
+
+use std::ffi::CStr;
 
 use redis_module::{Context, ContextFlags};
 
@@ -15,13 +23,47 @@ use crate::algo::subwin::SubWindow;
 use crate::algo::{Limit, Millis};
 use crate::api::{self, Arg, Reply};
 use crate::args;
+use crate::config;
 use crate::error::Error;
 use crate::store::{now_ms, Key};
 use crate::value::{Kind, Limiter};
 
-/// The decision time: `NOW` when given, else the server clock, read once.
-fn clock(now: Option<Millis>) -> Millis {
-    now.unwrap_or_else(|| u64::try_from(now_ms()).unwrap_or(0))
+/// The times one call works with.
+#[derive(Clone, Copy)]
+struct Clock {
+    /// The caller's time: its `NOW`, else the server clock, read once.
+    caller: Millis,
+    /// How far the server clock is ahead of the caller's `NOW`: the key lives that much
+    /// longer than its limiter's own empty time. Always 0 for a command that was decided
+    /// already (from the primary or the AOF), whose expiry must not depend on this
+    /// server's clock.
+    lag: Millis,
+}
+
+/// Reads the clock for a call with `now` as its `NOW` option, refusing a `NOW` further ahead
+/// of the server clock than `ratelimit.now-max-ahead-ms` allows (never for a command that was
+/// decided already).
+fn clock(ctx: &Context, now: Option<Millis>) -> Result<Clock, Error> {
+    let server = u64::try_from(now_ms()).unwrap_or(0);
+    let Some(caller) = now else {
+        return Ok(Clock {
+            caller: server,
+            lag: 0,
+        });
+    };
+    if applying_decided(ctx) {
+        return Ok(Clock { caller, lag: 0 });
+    }
+    if let Some(max_ms) = config::now_max_ahead_ms() {
+        let ahead_ms = caller.saturating_sub(server);
+        if ahead_ms > max_ms {
+            return Err(Error::NowAhead { ahead_ms, max_ms });
+        }
+    }
+    Ok(Clock {
+        caller,
+        lag: server.saturating_sub(caller),
+    })
 }
 
 /// The command comes from our primary or from the AOF: it was decided already.
@@ -41,16 +83,38 @@ fn other_kind(held: &Limiter, wanted: Kind) -> Error {
     }
 }
 
-/// After a change: expire the key when the limiter is back to empty (or delete it now).
-/// `expiring_at` is the key's expiry before the change, to skip setting it again when a
-/// burst within one millisecond leaves it where it was.
-fn settle(key: &Key, empty_at: Option<Millis>, expiring_at: Option<Millis>) {
-    match empty_at {
-        Some(at) if Some(at) == expiring_at => {}
-        Some(at) => key.expire_at(at),
+/// After a change by the command whose keyspace event is `event`: the key expires when the
+/// limiter is back to empty, `lag` ms later for a lagging `NOW` (or is deleted now when it
+/// already is empty). `before` is the limiter's empty time before the change: when the new
+/// expiry differs it is set at once; when it is the same, the key's real expiry is read and
+/// set again only if something (PERSIST, EXPIRE, RESTORE) moved it. Returns the expiry set.
+fn settle(
+    key: &Key,
+    event: &CStr,
+    empty_at: Option<Millis>,
+    lag: Millis,
+    before: Option<Millis>,
+) -> Option<Millis> {
+    let expiry = empty_at.map(|at| at.saturating_add(lag));
+    match expiry {
+        Some(at) if expiry != before || key.expires_at() != expiry => key.expire_at(at),
+        Some(_) => {}
         None => key.delete(),
     }
     key.signal_modified();
+    key.notify(event);
+    if expiry.is_none() {
+        key.notify_deleted();
+    }
+    expiry
+}
+
+/// Propagates the key's absolute expiry when it is not the limiter's own empty time (a
+/// lagging `NOW`): replicas and the AOF compute that one themselves.
+fn replicate_expiry(ctx: &Context, name: Arg, lag: Millis, expiry: Option<Millis>) {
+    if let (true, Some(at)) = (lag > 0, expiry) {
+        api::replicate_expire_at(ctx, name, at);
+    }
 }
 
 /// What a call decides on: the parameters and the shared options.
@@ -78,7 +142,7 @@ fn limit<A: Limit>(
     unwrap: fn(&mut Limiter) -> Option<&mut A>,
 ) -> Result<Reply, Error> {
     let name = key_arg(args)?;
-    let now = clock(call.now);
+    let clock = clock(ctx, call.now)?;
     let (params, cost) = (call.params, call.cost);
     let mut key = Key::open(ctx, name, true);
     // A missing key gets a fresh limiter, and a limiter that must change shape a new one;
@@ -97,8 +161,10 @@ fn limit<A: Limit>(
         None => (created.insert(fresh()), false),
     };
     // Storing a new value drops the key's TTL, so it must be set again.
-    let expiring_at = if in_key { limiter.empty_at() } else { None };
-    let decision = limiter.acquire(now, params, cost);
+    let before = if in_key { limiter.empty_at() } else { None };
+    let behind = limiter.latest().saturating_sub(clock.caller);
+    let now = clock.caller;
+    let decision = limiter.acquire(now, params, cost).seen_from_behind(behind);
     let changed = cost > 0
         && (decision.allowed || (applying_decided(ctx) && limiter.record(now, params, cost)));
     if !changed {
@@ -108,7 +174,7 @@ fn limit<A: Limit>(
     if let Some(limiter) = created {
         key.set(wrap(limiter))?;
     }
-    settle(&key, empty_at, expiring_at);
+    let expiry = settle(&key, call.kind.event(), empty_at, clock.lag, before);
     // The key and positional arguments exactly as the client sent them (validated above),
     // then the flags.
     let mut parts = [Arg::keyword(&api::COST); 1 + 2 * MAX_WINDOWS + 2];
@@ -127,6 +193,7 @@ fn limit<A: Limit>(
         cost,
         at,
     );
+    replicate_expiry(ctx, name, clock.lag, expiry);
     Ok(Reply::Decision(decision))
 }
 
@@ -236,10 +303,13 @@ fn bucket(
 }
 
 pub fn peek(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
-    let now = clock(args::peek(args)?);
+    let clock = clock(ctx, args::peek(args)?)?;
     let mut key = Key::open(ctx, key_arg(args)?, false);
     Ok(match key.limiter()? {
-        Some(limiter) => Reply::Decision(limiter.peek(now)),
+        Some(limiter) => {
+            let behind = limiter.latest().saturating_sub(clock.caller);
+            Reply::Decision(limiter.peek(clock.caller).seen_from_behind(behind))
+        }
         None => Reply::Nil,
     })
 }
@@ -247,20 +317,26 @@ pub fn peek(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
 pub fn refund(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
     let opts = args::refund(args)?;
     let name = key_arg(args)?;
-    let now = clock(opts.now);
+    let clock = clock(ctx, opts.now)?;
     let mut key = Key::open(ctx, name, true);
     let Some(mut limiter) = key.limiter()? else {
         return Ok(Reply::Nil);
     };
+    let behind = limiter.latest().saturating_sub(clock.caller);
     if opts.cost == 0 {
-        return Ok(Reply::Decision(limiter.peek(now)));
+        return Ok(Reply::Decision(
+            limiter.peek(clock.caller).seen_from_behind(behind),
+        ));
     }
-    let expiring_at = limiter.empty_at();
-    let decision = limiter.refund(now, opts.cost);
+    let before = limiter.empty_at();
+    let decision = limiter
+        .refund(clock.caller, opts.cost)
+        .seen_from_behind(behind);
     let (at, empty_at) = (limiter.latest(), limiter.empty_at());
     // May delete the key, freeing `limiter`: nothing may read it afterwards.
-    settle(&key, empty_at, expiring_at);
+    let expiry = settle(&key, c"rl.refund", empty_at, clock.lag, before);
     api::replicate_at(ctx, c"RL.REFUND", &[name], &[], opts.cost, at);
+    replicate_expiry(ctx, name, clock.lag, expiry);
     Ok(Reply::Decision(decision))
 }
 
@@ -272,7 +348,7 @@ pub fn restore(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
     key.limiter()?; // WRONGTYPE for a key of another Redis type
     let empty_at = limiter.empty_at();
     key.set(limiter)?;
-    settle(&key, empty_at, None);
+    settle(&key, c"rl.restore", empty_at, 0, None);
     ctx.replicate_verbatim();
     Ok(Reply::Ok)
 }

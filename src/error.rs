@@ -31,6 +31,12 @@ pub enum Error {
     },
     /// `RL.RESTORE` was given bytes that are not a valid limiter.
     BadPayload(&'static str),
+    /// A client's `NOW` is further ahead of the server clock than
+    /// `ratelimit.now-max-ahead-ms` allows.
+    NowAhead {
+        ahead_ms: u64,
+        max_ms: u64,
+    },
     /// A bug: caught instead of crashing the server.
     Internal(&'static str),
     /// The server lacks a module API function the command needs.
@@ -59,6 +65,11 @@ impl fmt::Display for Error {
                 f,
                 "WRONGTYPE key holds a {} limiter, not {wanted}",
                 held.command()
+            ),
+            Error::NowAhead { ahead_ms, max_ms } => write!(
+                f,
+                "ERR NOW is {ahead_ms} ms ahead of the server clock; \
+                 ratelimit.now-max-ahead-ms allows {max_ms}"
             ),
             Error::BadPayload(why) => write!(f, "ERR invalid limiter payload: {why}"),
             Error::Internal(what) => {

@@ -13,6 +13,7 @@ pub mod args;
 mod cmdinfo;
 pub mod codec;
 mod commands;
+mod config;
 mod datatype;
 pub mod error;
 mod stats;
@@ -29,6 +30,7 @@ use redis_module::{
 
 use cmdinfo::{arg, option, Arg, ArgKind, Info};
 use datatype::LIMITER_TYPE;
+use redis_module::configuration::ConfigurationFlags;
 
 /// Unit tests run outside Redis, where the Redis allocator aborts.
 #[cfg(not(test))]
@@ -222,6 +224,23 @@ redis_module! {
     acl_categories: ["ratelimit",],
     init: init,
     info: info,
+    configurations: [
+        i64: [
+            [
+                config::NOW_MAX_AHEAD_NAME,
+                &config::NOW_MAX_AHEAD_MS,
+                config::NOW_MAX_AHEAD_DEFAULT,
+                -1,
+                config::NOW_MAX_AHEAD_MAX,
+                ConfigurationFlags::DEFAULT,
+                None
+            ],
+        ],
+        string: [],
+        bool: [],
+        enum: [],
+        module_args_as_configuration: true,
+    ]
 }
 
 fn info(ctx: &InfoContext, for_crash_report: bool) {

@@ -1,6 +1,7 @@
 //! A limiter key opened through the raw module API: typed access to its value, absolute
 //! expiry and deletion. The crate's key wrappers hide the raw key, which absolute expiry needs.
 
+use std::ffi::CStr;
 use std::os::raw::c_int;
 
 use redis_module::{raw, Context};
@@ -100,11 +101,50 @@ impl<'a> Key<'a> {
         }
     }
 
+    /// The key's absolute expiry in Unix milliseconds, `None` when it has none (after
+    /// `PERSIST`, say) or is missing.
+    pub fn expires_at(&self) -> Option<Millis> {
+        // SAFETY: the key is open.
+        let at = unsafe {
+            if let Some(get_abs) = raw::RedisModule_GetAbsExpire {
+                get_abs(self.key)
+            } else if let Some(get_rel) = raw::RedisModule_GetExpire {
+                match get_rel(self.key) {
+                    ttl if ttl < 0 => ttl,
+                    ttl => ttl.saturating_add(now_ms()),
+                }
+            } else {
+                -1
+            }
+        };
+        u64::try_from(at).ok()
+    }
+
     pub fn delete(&self) {
         // SAFETY: the key is open for writing.
         unsafe {
             if let Some(del) = raw::RedisModule_DeleteKey {
                 del(self.key);
+            }
+        }
+    }
+
+    /// Emits the keyspace event `event` of class `d` (module) for the key, as Redis's own
+    /// commands do for theirs.
+    pub fn notify(&self, event: &CStr) {
+        self.notify_as(raw::REDISMODULE_NOTIFY_MODULE, event);
+    }
+
+    /// Emits `del` (class `g`), for a key a command removed.
+    pub fn notify_deleted(&self) {
+        self.notify_as(raw::REDISMODULE_NOTIFY_GENERIC, c"del");
+    }
+
+    fn notify_as(&self, class: c_int, event: &CStr) {
+        // SAFETY: ctx and name are live; Redis copies what it keeps.
+        unsafe {
+            if let Some(notify) = raw::RedisModule_NotifyKeyspaceEvent {
+                notify(self.ctx.ctx, class, event.as_ptr(), self.name.raw());
             }
         }
     }

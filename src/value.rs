@@ -64,6 +64,17 @@ impl Kind {
         }
     }
 
+    /// The keyspace event a change by this kind's command emits (class `d`).
+    pub fn event(self) -> &'static std::ffi::CStr {
+        match self {
+            Kind::Slide => c"rl.slide",
+            Kind::Token => c"rl.token",
+            Kind::Leaky => c"rl.leaky",
+            Kind::Fixed => c"rl.fixed",
+            Kind::Subwin => c"rl.subwin",
+        }
+    }
+
     fn tag(self) -> u8 {
         match self {
             Kind::Slide => 1,

@@ -150,14 +150,15 @@ fn time_never_runs_backwards(server: Server) {
     let mut c = server.conn();
     let t = unix_ms();
     rl(&mut c, &format!("RL.SLIDE back 2 1000 NOW {}", t + 500));
-    // An earlier NOW counts as +500: the window still holds the first request.
+    // An earlier NOW counts as +500: the window still holds the first request. The reset
+    // is measured from the caller's time, 500 ms before the limiter's.
     assert_eq!(
         rl(&mut c, &format!("RL.SLIDE back 2 1000 NOW {t}")),
-        [1, 2, 0, 0, 1000]
+        [1, 2, 0, 0, 1500]
     );
     assert_eq!(
         rl(&mut c, &format!("RL.PEEK back NOW {t}")),
-        [1, 2, 0, 0, 1000]
+        [1, 2, 0, 0, 1500]
     );
 }
 

@@ -61,6 +61,24 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// The decision as seen by a caller whose time is `behind` ms before the limiter's
+    /// latest time (a lagging `NOW`, or a server clock that stepped back): the limiter
+    /// decided at its own latest time, so every wait and the reset are measured from the
+    /// caller's time instead. A caller that waits that long is not refused again for the
+    /// same reason.
+    pub fn seen_from_behind(mut self, behind: u64) -> Decision {
+        if behind == 0 {
+            return self;
+        }
+        if let Wait::Ms(ms) = self.retry_after {
+            self.retry_after = Wait::Ms(ms.saturating_add(behind));
+        }
+        if self.reset_after_ms > 0 {
+            self.reset_after_ms = self.reset_after_ms.saturating_add(behind);
+        }
+        self
+    }
+
     /// `[allowed, limit, remaining, retry_after_ms, reset_after_ms]` as reply integers.
     pub fn as_reply(&self) -> [i64; 5] {
         let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
@@ -110,6 +128,37 @@ pub trait Limit {
             self.record(now, p, cost);
         }
         decision
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_caller_behind_the_limiter_waits_from_its_own_time() {
+        let d = Decision {
+            allowed: false,
+            limit: 3,
+            remaining: 0,
+            retry_after: Wait::Ms(700),
+            reset_after_ms: 900,
+        };
+        assert_eq!(d.seen_from_behind(0), d);
+        assert_eq!(d.seen_from_behind(100).as_reply(), [0, 3, 0, 800, 1000]);
+        let never = Decision {
+            retry_after: Wait::Never,
+            ..d
+        };
+        assert_eq!(never.seen_from_behind(100).retry_after, Wait::Never);
+        let allowed_now = Decision {
+            allowed: true,
+            retry_after: Wait::None,
+            reset_after_ms: 0,
+            ..d
+        };
+        // Nothing to wait for stays so; an empty limiter stays empty.
+        assert_eq!(allowed_now.seen_from_behind(100), allowed_now);
     }
 }
 

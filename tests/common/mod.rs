@@ -15,6 +15,9 @@ use rstest::fixture;
 
 static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
 
+/// The module config that bounds how far ahead of the server clock a client's NOW may be.
+pub const NOW_MAX_AHEAD: &str = "ratelimit.now-max-ahead-ms";
+
 /// The module built by `cargo test`: next to the test binary (`target/<profile>/deps`) or one
 /// level up, unless `RATELIMIT_MODULE` names it.
 pub fn module_path() -> PathBuf {
@@ -127,7 +130,13 @@ impl Server {
             .arg("yes")
             .arg("--loadmodule")
             .arg(&module)
-            .args(&self.args)
+            .args(&self.args);
+        // Tests drive time through NOW, ahead of the server clock: no bound on how far,
+        // unless the test sets one (tests/clock.rs checks the default).
+        if !self.args.iter().any(|a| a.contains("now-max-ahead-ms")) {
+            cmd.arg(format!("--{NOW_MAX_AHEAD}")).arg("-1");
+        }
+        cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());

@@ -58,7 +58,10 @@ fn a_lagging_now_never_turns_a_limiter_off(#[case] lag: u64) {
         // Refused: the wait is measured from the caller's (lagging) time.
         assert_eq!(last[0], 0, "{spec}");
         assert!(last[3] > 0 && last[3] <= 1000, "{spec}: {last:?}");
-        assert!(int(&mut c, &["PTTL", &key]) > 0, "{spec}: the key must live");
+        assert!(
+            int(&mut c, &["PTTL", &key]) > 0,
+            "{spec}: the key must live"
+        );
     }
 }
 
@@ -264,4 +267,28 @@ fn the_ttl_is_the_limiters_after_a_restore_without_ttl() {
         let r = rl(&mut c, &call(&spec, &copy, ""));
         assert_ttl_is_reset(&mut c, &copy, r, &spec);
     }
+}
+
+#[rstest]
+fn a_fixed_windows_absolute_reset_is_its_pexpiretime() {
+    // The README's header recipe: X-RateLimit-Reset as a Unix time, from the server alone.
+    let server = default_server();
+    let mut c = server.conn();
+    let mut ends = Vec::new();
+    for _ in 0..3 {
+        let mut pipe = redis::pipe();
+        pipe.cmd("RL.FIXED").arg("hdr").arg(3).arg(60000);
+        pipe.cmd("PEXPIRETIME").arg("hdr");
+        pipe.cmd("TIME");
+        let (reply, end, time): ([i64; 5], i64, (String, String)) = pipe.query(&mut c).unwrap();
+        let server_ms =
+            time.0.parse::<i64>().unwrap() * 1000 + time.1.parse::<i64>().unwrap() / 1000;
+        assert!(
+            (server_ms + reply[4] - end).abs() <= 5,
+            "{reply:?} {end} {server_ms}"
+        );
+        ends.push(end);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(ends.windows(2).all(|w| w[0] == w[1]), "{ends:?}");
 }

@@ -38,7 +38,7 @@ fn changes_emit_module_events_and_deletions_emit_del(server: Server) {
     rl(&mut c, "RL.SUBWIN w 1 60000 1000");
     rl(&mut c, "RL.SLIDE s 1 60000 COST 0"); // a read: no event
     rl(&mut c, "RL.REFUND s COST 1"); // empties and deletes the key
-    // A fixed window in the module's own encoding (what AOF rewrite emits).
+                                      // A fixed window in the module's own encoding (what AOF rewrite emits).
     let payload: Vec<u8> = vec![1, 4, 232, 7, 200, 220, 3, 3, 10, 224, 212, 3, 1];
     let ok: String = redis::cmd("RL.RESTORE")
         .arg("r")

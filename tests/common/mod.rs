@@ -136,8 +136,7 @@ impl Server {
         if !self.args.iter().any(|a| a.contains("now-max-ahead-ms")) {
             cmd.arg(format!("--{NOW_MAX_AHEAD}")).arg("-1");
         }
-        cmd
-            .stdin(Stdio::null())
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         let mut child = cmd.spawn().expect("redis-server on PATH (make deps)");

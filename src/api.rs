@@ -7,7 +7,6 @@
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_longlong};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_module::{raw, Context};
 
@@ -24,11 +23,6 @@ pub struct Arg(*mut raw::RedisModuleString);
 impl Arg {
     pub fn raw(self) -> *mut raw::RedisModuleString {
         self.0
-    }
-
-    /// A keyword string made at load time, passed along with client arguments.
-    pub fn keyword(k: &Keyword) -> Arg {
-        Arg(k.raw())
     }
 }
 
@@ -135,110 +129,23 @@ fn reply_error(ctx: *mut raw::RedisModuleCtx, msg: &str) {
     }
 }
 
-/// Keywords used in replicated commands, created once at load and never freed.
-pub struct Keyword {
-    text: &'static CStr,
-    string: AtomicPtr<raw::RedisModuleString>,
-}
-
-impl Keyword {
-    pub const fn new(text: &'static CStr) -> Keyword {
-        Keyword {
-            text,
-            string: AtomicPtr::new(std::ptr::null_mut()),
-        }
-    }
-
-    /// Creates the string; called from the module's load function.
-    pub fn init(&self) {
-        let bytes = self.text.to_bytes();
-        // SAFETY: a NULL context makes an unmanaged string, which this static keeps forever.
-        let s = unsafe {
-            raw::RedisModule_CreateString.map_or(std::ptr::null_mut(), |f| {
-                f(
-                    std::ptr::null_mut(),
-                    bytes.as_ptr().cast::<c_char>(),
-                    bytes.len(),
-                )
-            })
-        };
-        self.string.store(s, Ordering::Relaxed);
-    }
-
-    pub fn raw(&self) -> *mut raw::RedisModuleString {
-        self.string.load(Ordering::Relaxed)
-    }
-}
-
-pub static COST: Keyword = Keyword::new(c"COST");
-pub static NOW: Keyword = Keyword::new(c"NOW");
-pub static BURST: Keyword = Keyword::new(c"BURST");
-pub static MAXDELAY: Keyword = Keyword::new(c"MAXDELAY");
-pub static ALIGN: Keyword = Keyword::new(c"ALIGN");
-
-/// Creates every keyword string; called once from the module's load function.
-pub fn init_keywords() {
-    for k in [&COST, &NOW, &BURST, &MAXDELAY, &ALIGN] {
-        k.init();
-    }
-}
-
-/// Propagates `command args... [OPTION value]... COST cost NOW at` to replicas and the AOF:
-/// the effect of a decision, with its options resolved and the exact time it was taken at.
-/// Redis takes its own references to `args` (strings the client sent) and makes the numbers
-/// itself, often as shared integers.
-pub fn replicate_at(
-    ctx: &Context,
-    command: &CStr,
-    args: &[Arg],
-    options: &[(&Keyword, u64)],
-    cost: u64,
-    at: u64,
-) {
-    let ll = |v: u64| c_longlong::try_from(v).unwrap_or(c_longlong::MAX);
-    let mut pairs = [(std::ptr::null_mut(), 0); 4];
-    for (slot, (k, v)) in pairs.iter_mut().zip(
-        options
-            .iter()
-            .map(|(k, v)| (k.raw(), ll(*v)))
-            .chain([(COST.raw(), ll(cost)), (NOW.raw(), ll(at))]),
-    ) {
-        *slot = (k, v);
-    }
-    let n = options.len() + 2;
-    if n > pairs.len() || pairs[..n].iter().any(|(k, _)| k.is_null()) {
-        ctx.log_warning("ratelimit: keywords missing; change not replicated");
-        return;
-    }
+/// Propagates `RL.APPLY key effect` to replicas and the AOF: the effect of a decision (see
+/// [`crate::effect`]). Two string arguments: the key, which Redis takes a reference to, and the
+/// effect, which it copies.
+pub fn replicate_effect(ctx: &Context, key: Arg, effect: &[u8]) {
     let Some(rep) = (unsafe { raw::RedisModule_Replicate }) else {
         return;
     };
-    if args.iter().any(|a| a.raw().is_null()) {
-        ctx.log_warning("ratelimit: a keyword is missing; change not replicated");
-        return;
-    }
-    // One call for every shape: the format consumes the array and then `n` string/number
-    // pairs; C variadic functions ignore the arguments a format does not consume.
-    const FORMATS: [&CStr; 5] = [c"v", c"vsl", c"vslsl", c"vslslsl", c"vslslslsl"];
-    let format = FORMATS[n.min(4)];
-    let [(k0, v0), (k1, v1), (k2, v2), (k3, v3)] = pairs;
-    // SAFETY: the format takes (array of live strings, its length) and then, per pair, a
-    // live string and a long long; Arg is a transparent wrapper of a string pointer.
+    // SAFETY: the format takes a live string (the command's key argument), then a buffer
+    // and its length.
     unsafe {
         rep(
             ctx.ctx,
-            command.as_ptr(),
-            format.as_ptr(),
-            args.as_ptr(),
-            args.len(),
-            k0,
-            v0,
-            k1,
-            v1,
-            k2,
-            v2,
-            k3,
-            v3,
+            c"RL.APPLY".as_ptr(),
+            c"sb".as_ptr(),
+            key.raw(),
+            effect.as_ptr().cast::<c_char>(),
+            effect.len(),
         );
     }
 }

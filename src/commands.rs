@@ -18,12 +18,13 @@ use redis_module::{Context, ContextFlags};
 
 use crate::algo::fixed::FixedWindow;
 use crate::algo::gcra::Gcra;
-use crate::algo::slide::{SlidingLog, MAX_WINDOWS};
+use crate::algo::slide::SlidingLog;
 use crate::algo::subwin::SubWindow;
 use crate::algo::{Limit, Millis};
 use crate::api::{self, Arg, Reply};
-use crate::args;
+use crate::args::{self, AsBytes};
 use crate::config;
+use crate::effect::{Line, Words};
 use crate::error::Error;
 use crate::store::{now_ms, Key};
 use crate::value::{Kind, Limiter};
@@ -40,16 +41,31 @@ struct Clock {
     lag: Millis,
 }
 
+/// How a call is applied.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// A client's call: decide, record when allowed, propagate the effect.
+    Decide,
+    /// An effect from `RL.APPLY` (sent by a primary, or read from the AOF): record it as it
+    /// was decided, at its `NOW`.
+    Apply,
+}
+
 /// Reads the clock for a call with `now` as its `NOW` option, refusing a `NOW` further ahead
 /// of the server clock than `ratelimit.now-max-ahead-ms` allows (never for a command that was
 /// decided already).
-fn clock(ctx: &Context, now: Option<Millis>) -> Result<Clock, Error> {
+fn clock(ctx: &Context, now: Option<Millis>, mode: Mode) -> Result<Clock, Error> {
     let server = u64::try_from(now_ms()).unwrap_or(0);
-    let Some(caller) = now else {
-        return Ok(Clock {
-            caller: server,
-            lag: 0,
-        });
+    let caller = match (now, mode) {
+        (Some(caller), Mode::Apply) => return Ok(Clock { caller, lag: 0 }),
+        (None, Mode::Apply) => return Err(Error::Invalid("an RL.APPLY effect needs NOW")),
+        (None, Mode::Decide) => {
+            return Ok(Clock {
+                caller: server,
+                lag: 0,
+            })
+        }
+        (Some(caller), Mode::Decide) => caller,
     };
     if applying_decided(ctx) {
         return Ok(Clock { caller, lag: 0 });
@@ -123,28 +139,48 @@ struct Call<'a, P: ?Sized> {
     params: &'a P,
     cost: u64,
     now: Option<Millis>,
-    /// How many arguments, from the key on, the client sent positionally (replicated as is).
+    mode: Mode,
+    /// How many arguments after the key the client sent positionally (propagated as is:
+    /// the parser has checked they are canonical integers).
     positional: usize,
-    /// Flags given (replicated after the positional arguments).
-    flags: &'a [&'a api::Keyword],
-    /// Options replicated with their resolved values, so replicas need no defaults.
-    resolved: &'a [(&'a api::Keyword, u64)],
+    /// Flags given (propagated after the positional arguments).
+    flags: &'a [&'a str],
+    /// Options propagated with their resolved values, so replicas need no defaults.
+    resolved: &'a [(&'a str, u64)],
+}
+
+/// Propagates the effect of a change: `RL.APPLY key effect` for a decision (see
+/// [`crate::effect`]), or the `RL.APPLY` being applied as it came.
+fn propagate(ctx: &Context, key: Arg, mode: Mode, command: &str, effect: impl FnOnce(&mut Line)) {
+    match mode {
+        Mode::Apply => {
+            ctx.replicate_verbatim();
+        }
+        Mode::Decide => {
+            let mut line = Line::new(command);
+            effect(&mut line);
+            match line.as_bytes() {
+                Some(bytes) => api::replicate_effect(ctx, key, bytes),
+                None => ctx.log_warning("ratelimit: an effect did not fit; not propagated"),
+            }
+        }
+    }
 }
 
 /// The body of every limiter command: decide at one time, record when allowed, expire the
 /// key when the limiter will be empty, and propagate the effect.
-fn limit<A: Limit>(
+fn limit<L: Limit, A: AsBytes>(
     ctx: &Context,
-    args: &[Arg],
-    call: Call<A::Params>,
-    fresh: impl FnOnce() -> A,
-    wrap: fn(A) -> Limiter,
-    unwrap: fn(&mut Limiter) -> Option<&mut A>,
+    key_name: Arg,
+    args: &[A],
+    call: Call<L::Params>,
+    fresh: impl FnOnce() -> L,
+    wrap: fn(L) -> Limiter,
+    unwrap: fn(&mut Limiter) -> Option<&mut L>,
 ) -> Result<Reply, Error> {
-    let name = key_arg(args)?;
-    let clock = clock(ctx, call.now)?;
+    let clock = clock(ctx, call.now, call.mode)?;
     let (params, cost) = (call.params, call.cost);
-    let mut key = Key::open(ctx, name, true);
+    let mut key = Key::open(ctx, key_name, true);
     // A missing key gets a fresh limiter, and a limiter that must change shape a new one;
     // either is stored only if this call changes it.
     let mut created = None;
@@ -165,8 +201,9 @@ fn limit<A: Limit>(
     let behind = limiter.latest().saturating_sub(clock.caller);
     let now = clock.caller;
     let decision = limiter.acquire(now, params, cost).seen_from_behind(behind);
-    let changed = cost > 0
-        && (decision.allowed || (applying_decided(ctx) && limiter.record(now, params, cost)));
+    let decided = || call.mode == Mode::Apply || applying_decided(ctx);
+    let changed =
+        cost > 0 && (decision.allowed || (decided() && limiter.record(now, params, cost)));
     if !changed {
         return Ok(Reply::Decision(decision));
     }
@@ -175,29 +212,28 @@ fn limit<A: Limit>(
         key.set(wrap(limiter))?;
     }
     let expiry = settle(&key, call.kind.event(), empty_at, clock.lag, before);
-    // The key and positional arguments exactly as the client sent them (validated above),
-    // then the flags.
-    let mut parts = [Arg::keyword(&api::COST); 1 + 2 * MAX_WINDOWS + 2];
-    let head = args.get(1..1 + call.positional).unwrap_or_default();
-    let flags = call.flags.iter().map(|k| Arg::keyword(k));
-    let mut n = 0;
-    for (slot, arg) in parts.iter_mut().zip(head.iter().copied().chain(flags)) {
-        *slot = arg;
-        n += 1;
-    }
-    api::replicate_at(
-        ctx,
-        call.kind.command_c(),
-        &parts[..n],
-        call.resolved,
-        cost,
-        at,
-    );
-    replicate_expiry(ctx, name, clock.lag, expiry);
+    propagate(ctx, key_name, call.mode, call.kind.command(), |line| {
+        // The positional arguments exactly as the client sent them, then the flags.
+        for a in args.get(2..2 + call.positional).unwrap_or_default() {
+            line.word(a.as_bytes());
+        }
+        for flag in call.flags {
+            line.word(flag.as_bytes());
+        }
+        for (keyword, value) in call.resolved {
+            line.option(keyword, *value);
+        }
+        line.option("COST", cost).option("NOW", at);
+    });
+    replicate_expiry(ctx, key_name, clock.lag, expiry);
     Ok(Reply::Decision(decision))
 }
 
 pub fn slide(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
+    slide_as(ctx, key_arg(args)?, args, Mode::Decide)
+}
+
+fn slide_as<A: AsBytes>(ctx: &Context, key: Arg, args: &[A], mode: Mode) -> Result<Reply, Error> {
     let req = args::slide(args)?;
     let windows = req.windows.as_slice();
     let call = Call {
@@ -205,45 +241,52 @@ pub fn slide(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
         params: windows,
         cost: req.options.cost,
         now: req.options.now,
-        positional: 1 + 2 * windows.len(),
+        mode,
+        positional: 2 * windows.len(),
         flags: &[],
         resolved: &[],
     };
     let wrap = |log| Limiter::Slide(Box::new(log));
-    limit(
-        ctx,
-        args,
-        call,
-        || SlidingLog::new(windows),
-        wrap,
-        Limiter::slide_mut,
-    )
+    let fresh = || SlidingLog::new(windows);
+    limit(ctx, key, args, call, fresh, wrap, Limiter::slide_mut)
 }
 
 pub fn token(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
+    token_as(ctx, key_arg(args)?, args, Mode::Decide)
+}
+
+fn token_as<A: AsBytes>(ctx: &Context, key: Arg, args: &[A], mode: Mode) -> Result<Reply, Error> {
     let req = args::token(args)?;
-    let resolved = [(&api::BURST, req.params.burst)];
+    let resolved = [("BURST", req.params.burst)];
     let shape = (
         Kind::Token,
         Limiter::Token as fn(Gcra) -> Limiter,
         Limiter::token_mut as _,
     );
-    bucket(ctx, args, req, &resolved, shape)
+    bucket(ctx, key, args, mode, req, &resolved, shape)
 }
 
 pub fn leaky(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
+    leaky_as(ctx, key_arg(args)?, args, Mode::Decide)
+}
+
+fn leaky_as<A: AsBytes>(ctx: &Context, key: Arg, args: &[A], mode: Mode) -> Result<Reply, Error> {
     let req = args::leaky(args)?;
     let p = req.params;
-    let resolved = [(&api::MAXDELAY, p.max_delay_ms), (&api::BURST, p.burst)];
+    let resolved = [("MAXDELAY", p.max_delay_ms), ("BURST", p.burst)];
     let shape = (
         Kind::Leaky,
         Limiter::Leaky as fn(Gcra) -> Limiter,
         Limiter::leaky_mut as _,
     );
-    bucket(ctx, args, req, &resolved, shape)
+    bucket(ctx, key, args, mode, req, &resolved, shape)
 }
 
 pub fn fixed(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
+    fixed_as(ctx, key_arg(args)?, args, Mode::Decide)
+}
+
+fn fixed_as<A: AsBytes>(ctx: &Context, key: Arg, args: &[A], mode: Mode) -> Result<Reply, Error> {
     let req = args::fixed(args)?;
     let p = req.params;
     let call = Call {
@@ -251,15 +294,28 @@ pub fn fixed(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
         params: &p,
         cost: req.options.cost,
         now: req.options.now,
-        positional: 3,
-        flags: if p.align { &[&api::ALIGN] } else { &[] },
+        mode,
+        positional: 2,
+        flags: if p.align { &["ALIGN"] } else { &[] },
         resolved: &[],
     };
     let fresh = || FixedWindow::new(&p);
-    limit(ctx, args, call, fresh, Limiter::Fixed, Limiter::fixed_mut)
+    limit(
+        ctx,
+        key,
+        args,
+        call,
+        fresh,
+        Limiter::Fixed,
+        Limiter::fixed_mut,
+    )
 }
 
 pub fn subwin(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
+    subwin_as(ctx, key_arg(args)?, args, Mode::Decide)
+}
+
+fn subwin_as<A: AsBytes>(ctx: &Context, key: Arg, args: &[A], mode: Mode) -> Result<Reply, Error> {
     let req = args::subwin(args)?;
     let p = req.params;
     let call = Call {
@@ -267,12 +323,21 @@ pub fn subwin(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
         params: &p,
         cost: req.options.cost,
         now: req.options.now,
-        positional: 4,
+        mode,
+        positional: 3,
         flags: &[],
         resolved: &[],
     };
     let fresh = || SubWindow::new(&p);
-    limit(ctx, args, call, fresh, Limiter::Subwin, Limiter::subwin_mut)
+    limit(
+        ctx,
+        key,
+        args,
+        call,
+        fresh,
+        Limiter::Subwin,
+        Limiter::subwin_mut,
+    )
 }
 
 /// `RL.TOKEN` and `RL.LEAKY`: the same core under two kinds of key.
@@ -282,11 +347,13 @@ type BucketShape = (
     fn(&mut Limiter) -> Option<&mut Gcra>,
 );
 
-fn bucket(
+fn bucket<A: AsBytes>(
     ctx: &Context,
-    args: &[Arg],
+    key: Arg,
+    args: &[A],
+    mode: Mode,
     req: args::Rate,
-    resolved: &[(&api::Keyword, u64)],
+    resolved: &[(&str, u64)],
     (kind, wrap, unwrap): BucketShape,
 ) -> Result<Reply, Error> {
     let p = req.params;
@@ -295,15 +362,16 @@ fn bucket(
         params: &p,
         cost: req.options.cost,
         now: req.options.now,
-        positional: 3,
+        mode,
+        positional: 2,
         flags: &[],
         resolved,
     };
-    limit(ctx, args, call, || Gcra::new(&p), wrap, unwrap)
+    limit(ctx, key, args, call, || Gcra::new(&p), wrap, unwrap)
 }
 
 pub fn peek(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
-    let clock = clock(ctx, args::peek(args)?)?;
+    let clock = clock(ctx, args::peek(args)?, Mode::Decide)?;
     let mut key = Key::open(ctx, key_arg(args)?, false);
     Ok(match key.limiter()? {
         Some(limiter) => {
@@ -315,9 +383,12 @@ pub fn peek(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
 }
 
 pub fn refund(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
+    refund_as(ctx, key_arg(args)?, args, Mode::Decide)
+}
+
+fn refund_as<A: AsBytes>(ctx: &Context, name: Arg, args: &[A], mode: Mode) -> Result<Reply, Error> {
     let opts = args::refund(args)?;
-    let name = key_arg(args)?;
-    let clock = clock(ctx, opts.now)?;
+    let clock = clock(ctx, opts.now, mode)?;
     let mut key = Key::open(ctx, name, true);
     let Some(mut limiter) = key.limiter()? else {
         return Ok(Reply::Nil);
@@ -335,9 +406,40 @@ pub fn refund(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
     let (at, empty_at) = (limiter.latest(), limiter.empty_at());
     // May delete the key, freeing `limiter`: nothing may read it afterwards.
     let expiry = settle(&key, c"rl.refund", empty_at, clock.lag, before);
-    api::replicate_at(ctx, c"RL.REFUND", &[name], &[], opts.cost, at);
+    propagate(ctx, name, mode, "RL.REFUND", |line| {
+        line.option("COST", opts.cost).option("NOW", at);
+    });
     replicate_expiry(ctx, name, clock.lag, expiry);
     Ok(Reply::Decision(decision))
+}
+
+/// `RL.APPLY key effect`: records the effect of a decision taken by a primary (or read from
+/// the AOF) as it was taken, without deciding again. See [`crate::effect`].
+pub fn apply(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
+    let [_, key, effect] = args else {
+        return Err(Error::Arity);
+    };
+    let words = Words::split(key.as_bytes(), effect.as_bytes())?;
+    let w = words.as_slice();
+    let command = words.command();
+    let is = |name: &str| command.eq_ignore_ascii_case(name.as_bytes());
+    if is("RL.SLIDE") {
+        slide_as(ctx, *key, w, Mode::Apply)
+    } else if is("RL.TOKEN") {
+        token_as(ctx, *key, w, Mode::Apply)
+    } else if is("RL.LEAKY") {
+        leaky_as(ctx, *key, w, Mode::Apply)
+    } else if is("RL.FIXED") {
+        fixed_as(ctx, *key, w, Mode::Apply)
+    } else if is("RL.SUBWIN") {
+        subwin_as(ctx, *key, w, Mode::Apply)
+    } else if is("RL.REFUND") {
+        refund_as(ctx, *key, w, Mode::Apply)
+    } else {
+        Err(Error::Invalid(
+            "an RL.APPLY effect starts with a limiter command or RL.REFUND",
+        ))
+    }
 }
 
 pub fn restore(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {

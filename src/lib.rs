@@ -15,6 +15,7 @@ pub mod codec;
 mod commands;
 mod config;
 mod datatype;
+mod effect;
 pub mod error;
 mod stats;
 mod store;
@@ -62,7 +63,7 @@ const WINDOW_MS: Arg = arg("window-ms", ArgKind::Integer);
 
 const RESOLUTION_MS: Arg = arg("resolution-ms", ArgKind::Integer);
 
-static COMMANDS: [Info; 8] = [
+static COMMANDS: [Info; 9] = [
     Info {
         name: "RL.SUBWIN",
         summary: "Rolling window approximated by window_ms/resolution_ms sub-interval counters plus the weighted trailing sub-interval: constant memory whatever the limit",
@@ -132,6 +133,14 @@ static COMMANDS: [Info; 8] = [
         args: &[KEY, COST, NOW],
     },
     Info {
+        name: "RL.APPLY",
+        summary: "Records the effect of a decision taken elsewhere (what replicas and the AOF receive): the deciding command's words after its key, with COST and NOW, as one argument",
+        complexity: "As the command it applies",
+        arity: 3,
+        read_only: false,
+        args: &[KEY, arg("effect", ArgKind::String)],
+    },
+    Info {
         name: "RL.RESTORE",
         summary: "Replaces a key with a serialized limiter (what AOF rewrite writes)",
         complexity: "O(N)",
@@ -173,6 +182,7 @@ command!(
     commands::refund
 );
 command!(rl_restore, "RL.RESTORE", None, commands::restore);
+command!(rl_apply, "RL.APPLY", None, commands::apply);
 
 /// A command's name, entry point, flags and optional ACL categories.
 type Registration = (
@@ -185,7 +195,7 @@ type Registration = (
 const WRITE: &CStr = c"write deny-oom";
 const WRITE_ACL: &CStr = c"write ratelimit";
 
-static REGISTRY: [Registration; 8] = [
+static REGISTRY: [Registration; 9] = [
     (c"RL.SLIDE", Some(rl_slide), WRITE, WRITE_ACL),
     (c"RL.TOKEN", Some(rl_token), WRITE, WRITE_ACL),
     (c"RL.LEAKY", Some(rl_leaky), WRITE, WRITE_ACL),
@@ -194,6 +204,7 @@ static REGISTRY: [Registration; 8] = [
     (c"RL.PEEK", Some(rl_peek), c"readonly", c"read ratelimit"),
     (c"RL.REFUND", Some(rl_refund), c"write", WRITE_ACL),
     (c"RL.RESTORE", Some(rl_restore), WRITE, WRITE_ACL),
+    (c"RL.APPLY", Some(rl_apply), WRITE, WRITE_ACL),
 ];
 
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
@@ -202,7 +213,6 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     ctx.set_module_options(
         ModuleOptions::HANDLE_IO_ERRORS | ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED,
     );
-    api::init_keywords();
     // Mandatory flags only: ACL categories are optional (7.2+) and set where supported.
     for (name, func, flags, acl) in REGISTRY {
         if !api::create_command(ctx, name, func, flags, acl) {

@@ -57,7 +57,8 @@ fn a_lagging_now_never_turns_a_limiter_off(#[case] lag: u64) {
         assert_eq!(allowed, 3, "{spec} with NOW {lag} ms behind");
         // Refused: the wait is measured from the caller's (lagging) time.
         assert_eq!(last[0], 0, "{spec}");
-        assert!(last[3] > 0 && last[3] <= 1000, "{spec}: {last:?}");
+        // (RL.SUBWIN may wait up to a window and one sub-interval.)
+        assert!(last[3] > 0 && last[3] <= 1100, "{spec}: {last:?}");
         assert!(
             int(&mut c, &["PTTL", &key]) > 0,
             "{spec}: the key must live"

@@ -82,10 +82,23 @@ fn aof_commands(server: &Server) -> Vec<Vec<String>> {
         };
         if let (Some(file), Some("i")) = (field("file"), field("type")) {
             let bytes = std::fs::read(dir.join(file)).expect("an incremental AOF file");
-            commands.extend(parse_resp_commands(&bytes));
+            commands.extend(parse_resp_commands(&bytes).into_iter().map(unapply));
         }
     }
     commands
+}
+
+/// `RL.APPLY key "RL.X p1 p2 ... COST n NOW t"` (how a decision is propagated) as the command
+/// line it stands for, `RL.X key p1 p2 ... COST n NOW t`; other commands unchanged.
+fn unapply(words: Vec<String>) -> Vec<String> {
+    match words.as_slice() {
+        [apply, key, effect] if apply == "RL.APPLY" => {
+            let mut effect = effect.split(' ').map(str::to_owned);
+            let command = effect.next().expect("an effect names its command");
+            [command, key.clone()].into_iter().chain(effect).collect()
+        }
+        _ => words,
+    }
 }
 
 /// RESP arrays of bulk strings, back to back, as the AOF holds them.

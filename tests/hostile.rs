@@ -63,7 +63,7 @@ fn nasty_values() -> Vec<Vec<u8>> {
 }
 
 /// One valid call per command; each position from the limit on is replaced in turn.
-const TEMPLATES: [&[&str]; 12] = [
+const TEMPLATES: [&[&str]; 13] = [
     &["RL.SLIDE", "h:slide", "10", "1000", "COST", "1", "NOW", "T"],
     &["RL.SLIDE", "h:slide2", "10", "1000", "100", "60000"],
     &[
@@ -92,6 +92,7 @@ const TEMPLATES: [&[&str]; 12] = [
     &["RL.RESTORE", "h:restore", "payload"],
     &["RL.PEEK", "h:fixed"],
     &["RL.REFUND", "h:leaky"],
+    &["RL.APPLY", "h:apply", "RL.SLIDE 10 1000 COST 1 NOW 1700000000000"],
 ];
 
 /// A reply a client may see: an error, nil, OK, or the five fields in their ranges.

@@ -138,3 +138,71 @@ fn replica_keeps_the_primarys_expiry_and_deletion() {
         int(&mut r, &["EXISTS", "brief"]) == 0
     });
 }
+
+#[rstest]
+fn rl_apply_records_an_effect_without_deciding_again() {
+    let server = Server::start(&[]);
+    let mut c = server.conn();
+    let t = unix_ms();
+    let apply = |c: &mut Connection, key: &str, effect: String| -> redis::RedisResult<Value> {
+        redis::cmd("RL.APPLY").arg(key).arg(effect).query(c)
+    };
+    // Three effects against a limit of 1: all recorded, as a replica must.
+    for i in 0..3 {
+        apply(
+            &mut c,
+            "fx",
+            format!("RL.SLIDE 1 60000 COST 1 NOW {}", t + i),
+        )
+        .unwrap();
+    }
+    let peek = format!("RL.PEEK fx NOW {}", t + 2);
+    assert_eq!(rl(&mut c, &peek)[2], 0);
+    apply(&mut c, "fx", format!("RL.REFUND COST 2 NOW {}", t + 3)).unwrap();
+    apply(&mut c, "fx", format!("RL.REFUND COST 1 NOW {}", t + 3)).unwrap();
+    assert_eq!(
+        int(&mut c, &["EXISTS", "fx"]),
+        0,
+        "refunded to empty: deleted"
+    );
+    for (effect, why) in [
+        ("RL.SLIDE 1 60000 COST 1".to_string(), "needs NOW"),
+        (format!("RL.SLIDE  1 60000 NOW {t}"), "malformed"),
+        (format!("SET 1 NOW {t}"), "starts with a limiter command"),
+        (format!("RL.SLIDE 0 60000 NOW {t}"), "limit must be"),
+        (String::new(), "malformed"),
+    ] {
+        let e = apply(&mut c, "bad", effect.clone()).unwrap_err();
+        assert!(e.to_string().contains(why), "{effect:?}: {e}");
+    }
+    assert_eq!(int(&mut c, &["EXISTS", "bad"]), 0);
+    run(&mut c, &["SET", "str", "x"]).unwrap();
+    let e = apply(
+        &mut c,
+        "str",
+        format!("RL.TOKEN 1 1000 BURST 1 COST 1 NOW {t}"),
+    );
+    assert!(e.unwrap_err().to_string().contains("WRONGTYPE"));
+}
+
+#[rstest]
+fn decisions_reach_the_aof_as_one_effect_argument() {
+    let server = Server::start(&["--appendonly", "yes"]);
+    let mut c = server.conn();
+    let t = unix_ms();
+    rl(&mut c, &format!("RL.TOKEN tok 100 60000 NOW {t}"));
+    rl(&mut c, &format!("RL.FIXED fix 5 1000 ALIGN COST 2 NOW {t}"));
+    let aof = std::fs::read_to_string(server.path("appendonlydir/appendonly.aof.1.incr.aof"))
+        .expect("the incremental AOF");
+    for effect in [
+        format!("RL.TOKEN 100 60000 BURST 100 COST 1 NOW {t}"),
+        format!("RL.FIXED 5 1000 ALIGN COST 2 NOW {t}"),
+    ] {
+        let bulk = "$8\r\nRL.APPLY\r\n$3\r\n";
+        assert!(aof.contains(bulk), "{aof:?}");
+        assert!(
+            aof.contains(&format!("${}\r\n{effect}\r\n", effect.len())),
+            "{effect} not in {aof:?}"
+        );
+    }
+}

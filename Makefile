@@ -5,21 +5,26 @@ SHELL := /bin/bash
 SO      := target/release/libredis_ratelimit.so
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Debian packages the build and the tests need: the server (with redis-cli and
-# redis-benchmark) and libclang for bindgen.
+# redis-benchmark) and libclang for bindgen. `make bench-instr` also needs valgrind.
 PACKAGES := redis-server redis-tools libclang-dev
 
-.PHONY: help deps build run cluster cluster-stop test bench accuracy fuzz lint fmt clean
-
-help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
-
-deps: ## Install redis-server, redis-tools and libclang-dev when missing (apt)
-	@missing=$$(for p in $(PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+# $(call apt_install,packages): installs those of the Debian packages that are missing.
+define apt_install
+	@missing=$$(for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:" $$missing; \
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
+endef
+
+.PHONY: help deps build run cluster cluster-stop test bench bench-instr bench-memory accuracy fuzz lint fmt clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
+
+deps: ## Install redis-server, redis-tools and libclang-dev when missing (apt)
+	$(call apt_install,$(PACKAGES))
 
 build: deps ## Build the module in release mode (target/release/libredis_ratelimit.so)
 	cargo build --release
@@ -37,8 +42,15 @@ cluster-stop: ## Stop the local cluster and remove what it created (.cluster/)
 test: deps ## Run every unit and integration test (starts its own servers)
 	cargo test --release
 
-bench: build ## Throughput and server CPU against INCR and the equivalent Lua scripts
+bench: build ## Throughput against INCR, SET PX and the Lua scripts (CELL_SO=... adds CL.THROTTLE)
 	bench/bench.sh
+
+bench-instr: build ## Instructions per call under callgrind, a table with ratios (installs valgrind)
+	$(call apt_install,valgrind)
+	bench/instr.sh
+
+bench-memory: build ## Memory per key over 1,000,000 keys of each kind, and DEBUG RELOAD time
+	bench/memory.sh
 
 accuracy: build ## RL.SUBWIN against the exact RL.SLIDE on simulated traffic (a table)
 	cargo run --release --example accuracy

@@ -1,0 +1,655 @@
+#!/usr/bin/env bash
+# Instructions per call: the server-side CPU cost of each command, counted by callgrind.
+# Run by `make bench-instr` from the repo root.
+#
+# Throughput on a shared 2-core virtual machine moves by a third between runs; the number of
+# instructions the server executes per call does not (it repeats within about 1%). This
+# script starts redis-server with the module under `valgrind --tool=callgrind`, and for each
+# case below:
+#   1. FLUSHALL, then warms the keys the case needs, with callgrind's instrumentation off
+#      (fast): the hot key called 200 times (a refusing key is then full), or 100,000 live
+#      keys (k:000000000000 .. k:000000099999, the names redis-benchmark's -r 100000 uses);
+#   2. switches instrumentation on, zeroes the counters, sends N requests with
+#      redis-benchmark (-P 16 -c 50, as `make bench`), and dumps the counters;
+#   3. reads the instructions (Ir) of that window from the dump, takes out the work that is
+#      not per call (serverCron, the timer that runs 10 times a second whatever the traffic;
+#      accepting and freeing redis-benchmark's 50 connections; its CONFIG GET), and divides
+#      by N.
+# Every case starts from an empty dataset (the new-key cases from the 100,000 live keys of
+# the case before), so one case's keys do not weigh on another.
+#
+# Then the propagation cases: INCR and each RL.* hot allowed case again with `appendonly
+# yes`, then with a replica attached (a plain redis-server with the module, not under
+# valgrind), and the extra instructions each costs over the plain figure.
+#
+# Prints one table: instructions per call, as multiples of SET PX on 100,000 random live keys
+# and of INCR, and of what each command's Lua twin (bench/*.lua) and CL.THROTTLE cost; then
+# the propagation table, a repeatability check (two cases run a second time) and the
+# targets of issue 10.
+#
+# Environment:
+#   MODULE              the module to load (default: <repo>/target/release/libredis_ratelimit.so)
+#   CELL_SO             redis-cell's libredis_cell.so: adds the CL.THROTTLE cases (build
+#                       redis-cell yourself: cargo build --release in its checkout)
+#   BENCH_INSTR_N       requests per case at 100% (default: 20000; the Lua cases run 25%)
+#   BENCH_INSTR_CLIENTS redis-benchmark -c (default: 50)
+#   BENCH_INSTR_PIPELINE redis-benchmark -P (default: 16)
+#   BENCH_INSTR_REPEAT  cases run a second time to check the counts repeat
+#                       (default: "set-px-live token-hot-allow")
+#   BENCH_INSTR_ONLY    a regular expression: run only the cases whose name matches (the
+#                       propagation cases and the repeat check are skipped when their cases
+#                       do not run). The ratio columns need incr and set-px-live.
+#   BENCH_TIMEOUT       seconds allowed for one redis-benchmark run (default: 300)
+set -euo pipefail
+
+# ---------------------------------------------------------------------------------------
+# The cases. One line each, fields separated by '|':
+#   name    unique label
+#   shape   hot:    FLUSHALL, then the command 200 times (keys as written);
+#           hot:<command>: the same, <command> first. INCR starts from a counter above
+#                   10,000: below, each INCR replaces a shared integer object with a new
+#                   one, and costs about 10% more;
+#           live:   FLUSHALL, then the command once on each of the 100,000 keys that
+#                   __rand_int__ stands for with -r 100000; the case runs with -r 100000;
+#           new=<live case>: the keys of <live case> are in place (warmed again if that
+#                   case did not just run), and the case runs with -r 1000000000 on another
+#                   prefix: every call creates a key (about 0.2 collisions in 20,000);
+#           none:   FLUSHALL only.
+#   expect  first element of the reply of one more call after the window: 1 (allowed),
+#           0 (refused), - (no check). CL.THROTTLE answers 0 when allowed.
+#   target  which target of issue 10 the case is checked against: live (allowed, random
+#           live keys: <= 1.2x set-px-live), new (allowed, new keys: <= 1.45x set-px-live),
+#           refuse (<= 2x incr), - (none)
+#   vs      cases this one is compared with: their cost as a multiple of this one's
+#   n%      share of BENCH_INSTR_N this case runs
+#   command the command; a word @name@ is replaced by the SHA1 of bench/name.lua
+# Cases whose command starts with CL. run only when CELL_SO is given.
+# Refused, random and new keys use limits per day: a token or leaky key expires when its
+# bucket is full again (window / limit after one call), the keys must outlive the warm-up,
+# and a refused key must not earn a token back during its window.
+# ---------------------------------------------------------------------------------------
+CASES=(
+  # name             | shape                | exp | target | vs                        | n%  | command
+  "incr              | hot:SET counter 1000000 | -   | -      |                           | 100 | INCR counter"
+  "set-px-hot        | hot                  | -   | -      |                           | 100 | SET key v PX 60000"
+  "set-px-live       | live                 | -   | -      |                           | 100 | SET k:__rand_int__ v PX 60000"
+  "set-px-new        | new=set-px-live      | -   | -      |                           | 100 | SET n:__rand_int__ v PX 60000"
+  # The module's dispatch floor: a command that finds no key.
+  "peek-missing      | none                 | -   | -      |                           | 100 | RL.PEEK missing"
+
+  "slide-hot-allow   | hot                  | 1   | -      | lua-slide-hot-allow       | 100 | RL.SLIDE hotall 4000000000 1000"
+  "slide-hot-refuse  | hot                  | 0   | refuse | lua-slide-hot-refuse      | 100 | RL.SLIDE hot 100 86400000"
+  "slide-live        | live                 | 1   | live   | lua-slide-live            | 100 | RL.SLIDE k:__rand_int__ 100 86400000"
+  "slide-new         | new=slide-live       | 1   | new    | lua-slide-new             | 100 | RL.SLIDE n:__rand_int__ 100 86400000"
+  "token-hot-allow   | hot                  | 1   | -      | lua-token-hot-allow cl-hot-allow   | 100 | RL.TOKEN tokall 2000000000 1000"
+  "token-hot-refuse  | hot                  | 0   | refuse | lua-token-hot-refuse cl-hot-refuse | 100 | RL.TOKEN tok 100 86400000"
+  "token-live        | live                 | 1   | live   | lua-token-live cl-live    | 100 | RL.TOKEN k:__rand_int__ 100 86400000"
+  "token-new         | new=token-live       | 1   | new    | lua-token-new cl-new      | 100 | RL.TOKEN n:__rand_int__ 100 86400000"
+  "leaky-hot-allow   | hot                  | 1   | -      | lua-leaky-hot-allow       | 100 | RL.LEAKY leakall 2000000000 1000"
+  "leaky-hot-refuse  | hot                  | 0   | refuse | lua-leaky-hot-refuse      | 100 | RL.LEAKY leak 100 86400000"
+  "leaky-live        | live                 | 1   | live   | lua-leaky-live            | 100 | RL.LEAKY k:__rand_int__ 100 86400000"
+  "leaky-new         | new=leaky-live       | 1   | new    | lua-leaky-new             | 100 | RL.LEAKY n:__rand_int__ 100 86400000"
+  "fixed-hot-allow   | hot                  | 1   | -      | lua-fixed-hot-allow       | 100 | RL.FIXED fixall 4000000000 60000"
+  "fixed-hot-refuse  | hot                  | 0   | refuse | lua-fixed-hot-refuse      | 100 | RL.FIXED fix 100 86400000"
+  "fixed-live        | live                 | 1   | live   | lua-fixed-live            | 100 | RL.FIXED k:__rand_int__ 100 86400000"
+  "fixed-new         | new=fixed-live       | 1   | new    | lua-fixed-new             | 100 | RL.FIXED n:__rand_int__ 100 86400000"
+  "subwin-hot-allow  | hot                  | 1   | -      | lua-subwin-hot-allow      | 100 | RL.SUBWIN swall 2000000000 60000 1000"
+  "subwin-hot-refuse | hot                  | 0   | refuse | lua-subwin-hot-refuse     | 100 | RL.SUBWIN sw 100 86400000 1440000"
+  "subwin-live       | live                 | 1   | live   | lua-subwin-live           | 100 | RL.SUBWIN k:__rand_int__ 100 86400000 1440000"
+  "subwin-new        | new=subwin-live      | 1   | new    | lua-subwin-new            | 100 | RL.SUBWIN n:__rand_int__ 100 86400000 1440000"
+
+  "lua-slide-hot-allow    | hot                   | 1 | - |  | 25 | EVALSHA @sliding_log@ 1 hotall 4000000000 1000"
+  "lua-slide-hot-refuse   | hot                   | 0 | - |  | 25 | EVALSHA @sliding_log@ 1 hot 100 86400000"
+  "lua-slide-live         | live                  | 1 | - |  | 25 | EVALSHA @sliding_log@ 1 k:__rand_int__ 100 86400000"
+  "lua-slide-new          | new=lua-slide-live    | 1 | - |  | 25 | EVALSHA @sliding_log@ 1 n:__rand_int__ 100 86400000"
+  "lua-token-hot-allow    | hot                   | 1 | - |  | 25 | EVALSHA @gcra@ 1 tokall 2000000000 1000 2000000000 0"
+  "lua-token-hot-refuse   | hot                   | 0 | - |  | 25 | EVALSHA @gcra@ 1 tok 100 86400000 100 0"
+  "lua-token-live         | live                  | 1 | - |  | 25 | EVALSHA @gcra@ 1 k:__rand_int__ 100 86400000 100 0"
+  "lua-token-new          | new=lua-token-live    | 1 | - |  | 25 | EVALSHA @gcra@ 1 n:__rand_int__ 100 86400000 100 0"
+  "lua-leaky-hot-allow    | hot                   | 1 | - |  | 25 | EVALSHA @gcra@ 1 leakall 2000000000 1000 1 1000"
+  "lua-leaky-hot-refuse   | hot                   | 0 | - |  | 25 | EVALSHA @gcra@ 1 leak 100 86400000 1 86400000"
+  "lua-leaky-live         | live                  | 1 | - |  | 25 | EVALSHA @gcra@ 1 k:__rand_int__ 100 86400000 1 86400000"
+  "lua-leaky-new          | new=lua-leaky-live    | 1 | - |  | 25 | EVALSHA @gcra@ 1 n:__rand_int__ 100 86400000 1 86400000"
+  "lua-fixed-hot-allow    | hot                   | 1 | - |  | 25 | EVALSHA @fixed_window@ 1 fixall 4000000000 60000"
+  "lua-fixed-hot-refuse   | hot                   | 0 | - |  | 25 | EVALSHA @fixed_window@ 1 fix 100 86400000"
+  "lua-fixed-live         | live                  | 1 | - |  | 25 | EVALSHA @fixed_window@ 1 k:__rand_int__ 100 86400000"
+  "lua-fixed-new          | new=lua-fixed-live    | 1 | - |  | 25 | EVALSHA @fixed_window@ 1 n:__rand_int__ 100 86400000"
+  "lua-subwin-hot-allow   | hot                   | 1 | - |  | 25 | EVALSHA @sub_intervals@ 1 swall 2000000000 60000 1000"
+  "lua-subwin-hot-refuse  | hot                   | 0 | - |  | 25 | EVALSHA @sub_intervals@ 1 sw 100 86400000 1440000"
+  "lua-subwin-live        | live                  | 1 | - |  | 25 | EVALSHA @sub_intervals@ 1 k:__rand_int__ 100 86400000 1440000"
+  "lua-subwin-new         | new=lua-subwin-live   | 1 | - |  | 25 | EVALSHA @sub_intervals@ 1 n:__rand_int__ 100 86400000 1440000"
+
+  # redis-cell: CL.THROTTLE key max_burst count period_s; the bucket holds max_burst + 1.
+  # Hot allowed: one per second with a bucket of two billion, so every call moves the
+  # stored time (a faster rate leaves nothing to store).
+  "cl-hot-allow      | hot                  | 0   | -      |                           | 100 | CL.THROTTLE clall 1999999999 1 1"
+  "cl-hot-refuse     | hot                  | 1   | -      |                           | 100 | CL.THROTTLE cl 99 100 86400"
+  "cl-live           | live                 | 0   | -      |                           | 100 | CL.THROTTLE k:__rand_int__ 99 100 86400"
+  "cl-new            | new=cl-live          | 0   | -      |                           | 100 | CL.THROTTLE n:__rand_int__ 99 100 86400"
+)
+
+# Propagation: these cases run again with AOF on, then with a replica attached.
+PROP_CASES=(incr slide-hot-allow token-hot-allow leaky-hot-allow fixed-hot-allow subwin-hot-allow)
+
+# Targets from issue 10 (instructions per call).
+MAX_X_LIVE=1.2    # allowed RL.* on random live keys, x set-px-live
+MAX_X_NEW=1.45    # allowed RL.* on new keys, x set-px-live
+MAX_X_REFUSE=2    # refused RL.*, x incr
+MAX_X_PROP=1.5    # extra cost of propagating an RL.* call, x INCR's extra cost
+MAX_REPEAT_PCT=1  # a case run twice must agree within this %
+
+WARM_HOT=200     # calls on a hot key before its window
+LIVE_KEYS=100000 # live keys warmed for the live and new cases
+NEW_RANGE=1000000000
+
+ENV_USED=
+for v in MODULE CELL_SO BENCH_INSTR_N BENCH_INSTR_CLIENTS BENCH_INSTR_PIPELINE BENCH_INSTR_REPEAT BENCH_INSTR_ONLY BENCH_TIMEOUT; do
+  [[ -z ${!v+x} ]] || ENV_USED+="$v=${!v} "
+done
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$BENCH_DIR/.." && pwd)
+MODULE=${MODULE:-$ROOT/target/release/libredis_ratelimit.so}
+CELL_SO=${CELL_SO:-}
+N=${BENCH_INSTR_N:-20000}
+CLIENTS=${BENCH_INSTR_CLIENTS:-50}
+PIPELINE=${BENCH_INSTR_PIPELINE:-16}
+REPEAT=${BENCH_INSTR_REPEAT-set-px-live token-hot-allow}
+ONLY=${BENCH_INSTR_ONLY:-}
+CASE_TIMEOUT=${BENCH_TIMEOUT:-300}
+
+die() {
+  echo "bench-instr: $*" >&2
+  exit 1
+}
+log() { echo "bench-instr: $(date +%T) $*" >&2; }
+
+for tool in valgrind callgrind_control callgrind_annotate redis-server redis-cli redis-benchmark timeout awk; do
+  command -v "$tool" >/dev/null || die "$tool not found (make bench-instr installs valgrind; make deps the rest)"
+done
+case $MODULE in /*) ;; *) MODULE=$PWD/$MODULE ;; esac
+[[ -f $MODULE ]] || die "module not found: $MODULE (run make build)"
+if [[ -n $CELL_SO ]]; then
+  case $CELL_SO in /*) ;; *) CELL_SO=$PWD/$CELL_SO ;; esac
+  [[ -f $CELL_SO ]] || die "CELL_SO not found: $CELL_SO"
+fi
+for v in N CLIENTS PIPELINE CASE_TIMEOUT; do
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
+done
+
+# ---------------------------------------------------------------------------------------
+# Servers: redis-server under callgrind on a free loopback port (pinned to CPU 0, the
+# clients to CPU 1, when there are two), and later a plain replica. The trap stops both
+# and removes the temp dir whatever happens.
+# ---------------------------------------------------------------------------------------
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/rl-instr.XXXXXX")
+PIN_SERVER=() PIN_CLIENT=()
+if command -v taskset >/dev/null && (($(nproc) >= 2)); then
+  PIN_SERVER=(taskset -c 0) PIN_CLIENT=(taskset -c 1)
+fi
+SERVER_PID= PORT= REPLICA_PID= REPLICA_PORT=
+
+stop_pid() {
+  local pid=$1
+  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 0
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 100); do # up to 10 s (valgrind writes its last dump), then SIGKILL
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -9 "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+cleanup() {
+  local rc=$?
+  stop_pid "$REPLICA_PID"
+  stop_pid "$SERVER_PID"
+  rm -rf "$TMP"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+rcli() { timeout 60 redis-cli -h 127.0.0.1 -p "$PORT" "$@"; }
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+random_port() { echo $((20000 + (RANDOM * 32768 + RANDOM) % 40000)); }
+
+# wait_ping port pid seconds: true once the server answers PING.
+wait_ping() {
+  local i
+  for i in $(seq $(($3 * 10))); do
+    kill -0 "$2" 2>/dev/null || return 1
+    [[ $(timeout 2 redis-cli -h 127.0.0.1 -p "$1" PING 2>/dev/null) == PONG ]] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+MODULE_ARGS=(--loadmodule "$MODULE")
+[[ -z $CELL_SO ]] || MODULE_ARGS+=(--loadmodule "$CELL_SO")
+
+start_server() {
+  local attempt
+  for attempt in $(seq 10); do
+    PORT=$(random_port)
+    port_free "$PORT" || continue
+    mkdir -p "$TMP/primary"
+    # --instr-atstart=no: instrumentation only during the windows (warm-ups run fast).
+    "${PIN_SERVER[@]}" valgrind --tool=callgrind --instr-atstart=no \
+      --callgrind-out-file="$TMP/callgrind.out.%p" --log-file="$TMP/valgrind.log" \
+      redis-server --port "$PORT" --bind 127.0.0.1 --dir "$TMP/primary" \
+      "${MODULE_ARGS[@]}" --save "" --appendonly no --repl-diskless-sync-delay 0 \
+      --logfile "$TMP/redis.log" >/dev/null 2>&1 &
+    SERVER_PID=$!
+    wait_ping "$PORT" "$SERVER_PID" 120 && return 0
+    stop_pid "$SERVER_PID"
+    SERVER_PID=
+    if ! grep -q "Address already in use" "$TMP/redis.log" 2>/dev/null; then
+      tail -n 5 "$TMP/redis.log" "$TMP/valgrind.log" >&2 2>/dev/null || true
+      die "redis-server under valgrind did not start on port $PORT"
+    fi
+    log "port $PORT taken, trying another one"
+    : >"$TMP/redis.log"
+  done
+  die "could not start redis-server"
+}
+
+start_replica() {
+  local attempt
+  for attempt in $(seq 10); do
+    REPLICA_PORT=$(random_port)
+    [[ $REPLICA_PORT != "$PORT" ]] || continue
+    port_free "$REPLICA_PORT" || continue
+    mkdir -p "$TMP/replica"
+    "${PIN_CLIENT[@]}" redis-server --port "$REPLICA_PORT" --bind 127.0.0.1 --dir "$TMP/replica" \
+      "${MODULE_ARGS[@]}" --save "" --appendonly no --replicaof 127.0.0.1 "$PORT" \
+      --logfile "$TMP/replica.log" >/dev/null 2>&1 &
+    REPLICA_PID=$!
+    wait_ping "$REPLICA_PORT" "$REPLICA_PID" 20 && return 0
+    stop_pid "$REPLICA_PID"
+    REPLICA_PID=
+    grep -q "Address already in use" "$TMP/replica.log" 2>/dev/null || die "replica did not start (see $TMP/replica.log)"
+    : >"$TMP/replica.log"
+  done
+  die "could not start the replica"
+}
+
+# callgrind_control exits 0 even when it reaches no process: look for its "OK".
+DUMPS=0
+cg() {
+  local out
+  out=$(timeout 120 callgrind_control "$@" "$SERVER_PID" 2>&1) || die "callgrind_control $* failed: $out"
+  grep -q "OK" <<<"$out" || die "callgrind_control $* failed: $out"
+}
+
+# Instructions of a dump, without the work that is not per call. Prints "total excluded".
+EXCLUDED='serverCron|acceptTcpHandler|freeClient|configGetCommand'
+dump_cost() {
+  callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null | awk -v ex="^($EXCLUDED)\$" '
+    /PROGRAM TOTALS/ { gsub(",", "", $1); total = $1 }
+    # "   1,234 (12.34%)  file:function [object]"; the percentage may hold a space
+    $1 ~ /^[0-9,]+$/ {
+      fn = ($NF ~ /^\[/) ? $(NF - 1) : $NF
+      sub(/^.*:/, "", fn)
+      if (fn ~ ex) { gsub(",", "", $1); excl += $1 }
+    }
+    END { printf "%d %d\n", total, excl }'
+}
+
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
+STARTED=$(date +%s)
+start_server
+SERVER_VERSION=$(rcli INFO server | tr -d '\r' | awk -F: '$1 == "redis_version" { print $2 }')
+rcli MODULE LIST | grep -qi ratelimit || die "module not loaded (see $TMP/redis.log)"
+if [[ -n $CELL_SO ]]; then
+  rcli COMMAND INFO CL.THROTTLE | grep -qi throttle || die "CL.THROTTLE not loaded from $CELL_SO (see $TMP/redis.log)"
+fi
+log "redis-server $SERVER_VERSION under callgrind on 127.0.0.1:$PORT (pid $SERVER_PID)"
+
+# ---------------------------------------------------------------------------------------
+# Cases
+# ---------------------------------------------------------------------------------------
+trim() {
+  local s=$1
+  s=${s#"${s%%[![:space:]]*}"}
+  s=${s%"${s##*[![:space:]]}"}
+  printf '%s' "$s"
+}
+
+declare -A SHA=()
+script_sha() {
+  local name=$1 file=$BENCH_DIR/$1.lua sha
+  if [[ -z ${SHA[$name]:-} ]]; then
+    [[ -f $file ]] || die "no script $file"
+    sha=$(rcli SCRIPT LOAD "$(cat "$file")")
+    [[ $sha =~ ^[0-9a-f]{40}$ ]] || die "SCRIPT LOAD $file failed: $sha"
+    SHA[$name]=$sha
+  fi
+  printf '%s' "${SHA[$name]}"
+}
+
+NAMES=() SHAPES=() EXPECT=() TARGET=() VS=() SHARE=() CMDS=()
+declare -A INDEX=()
+for line in "${CASES[@]}"; do
+  IFS='|' read -r name shape expect target vs share cmd <<<"$line"
+  name=$(trim "$name") shape=$(trim "$shape") expect=$(trim "$expect") target=$(trim "$target")
+  vs=$(trim "$vs") share=$(trim "$share") cmd=$(trim "$cmd")
+  [[ -n $name && -n $shape && -n $cmd ]] || die "bad case line: $line"
+  [[ $share =~ ^[1-9][0-9]*$ ]] || die "bad n% in case $name: '$share'"
+  [[ -z ${INDEX[$name]:-} ]] || die "duplicate case name $name"
+  [[ -n $CELL_SO || ! $cmd =~ ^CL\. ]] || continue
+  [[ -z $ONLY || $name =~ $ONLY ]] || continue
+  INDEX[$name]=${#NAMES[@]}
+  NAMES+=("$name") SHAPES+=("$shape") EXPECT+=("$expect") TARGET+=("$target")
+  VS+=("$vs") SHARE+=("$share") CMDS+=("$cmd")
+done
+((${#NAMES[@]} > 0)) || die "no case matches BENCH_INSTR_ONLY='$ONLY'"
+for i in "${!NAMES[@]}"; do
+  if [[ ${SHAPES[i]} == new=* && -z ${INDEX[${SHAPES[i]#new=}]:-} ]]; then
+    # The new-key case needs its live case's command to warm the keys.
+    die "case ${NAMES[i]} needs case ${SHAPES[i]#new=} (BENCH_INSTR_ONLY)"
+  fi
+done
+
+# words index -> the command's words, scripts resolved
+case_words() {
+  local w
+  read -r -a WORDS <<<"${CMDS[$1]}"
+  for w in "${!WORDS[@]}"; do
+    if [[ ${WORDS[w]} =~ ^@([A-Za-z0-9_.-]+)@$ ]]; then WORDS[w]=$(script_sha "${BASH_REMATCH[1]}"); fi
+  done
+}
+
+# pipe_in: sends stdin (one inline command per line) with redis-cli --pipe; dies on errors.
+pipe_in() {
+  local out
+  out=$(timeout 900 redis-cli -h 127.0.0.1 -p "$PORT" --pipe --pipe-timeout 600 2>&1) || die "warm-up failed: $out"
+  grep -q "errors: 0," <<<"$out" || die "warm-up had errors: $(tail -n 3 <<<"$out")"
+}
+
+# warm index: the keys the case needs, instrumentation off.
+LAST_LIVE=
+warm() {
+  local i=$1 shape=${SHAPES[$1]} live setup
+  case $shape in
+    hot | hot:*)
+      rcli FLUSHALL >/dev/null
+      if [[ $shape == hot:* ]]; then
+        read -r -a setup <<<"${shape#hot:}"
+        rcli "${setup[@]}" >/dev/null
+      fi
+      case_words "$i"
+      for _ in $(seq "$WARM_HOT"); do echo "${WORDS[*]}"; done | pipe_in
+      LAST_LIVE=
+      ;;
+    live)
+      rcli FLUSHALL >/dev/null
+      case_words "$i"
+      live="${WORDS[*]}"
+      [[ $live == *__rand_int__* ]] || die "case ${NAMES[i]}: a live case needs __rand_int__ in its key"
+      awk -v pre="${live%%__rand_int__*}" -v post="${live#*__rand_int__}" -v n="$LIVE_KEYS" \
+        'BEGIN { for (k = 0; k < n; k++) printf "%s%012d%s\n", pre, k, post }' | pipe_in
+      LAST_LIVE=${NAMES[i]}
+      ;;
+    new=*)
+      live=${shape#new=}
+      [[ $LAST_LIVE == "$live" ]] || warm "${INDEX[$live]}"
+      LAST_LIVE=
+      ;;
+    none)
+      rcli FLUSHALL >/dev/null
+      LAST_LIVE=
+      ;;
+    *) die "case ${NAMES[i]}: unknown shape $shape" ;;
+  esac
+}
+
+# Reads cmdstat_<name> from INFO commandstats: prints "calls errors".
+read_stat() {
+  rcli INFO commandstats | tr -d '\r' | awk -v want="cmdstat_$1" '
+    BEGIN { want = tolower(want) }
+    {
+      split($0, kv, ":")
+      if (tolower(kv[1]) != want) next
+      n = split(kv[2], fields, ",")
+      for (j = 1; j <= n; j++) { split(fields[j], p, "="); v[p[1]] = p[2] }
+      print v["calls"] + 0, v["rejected_calls"] + v["failed_calls"]
+      found = 1
+    }
+    END { if (!found) print "0 0" }'
+}
+
+# measure index -> sets IR (instructions per call, 1 decimal); dies when the case went wrong.
+measure() {
+  local i=$1 n opts=() out rc=0 dump total excl calls errs keys reply t0
+  n=$((N * SHARE[i] / 100))
+  ((n >= 1000)) || n=1000
+  case_words "$i"
+  case ${SHAPES[i]} in
+    live) opts=(-r "$LIVE_KEYS") ;;
+    new=*) opts=(-r "$NEW_RANGE") ;;
+  esac
+  rcli CONFIG RESETSTAT >/dev/null
+  keys=$(rcli DBSIZE)
+  t0=$(date +%s.%N)
+  cg --instr=on
+  cg --zero
+  out=$(timeout "$CASE_TIMEOUT" "${PIN_CLIENT[@]}" redis-benchmark -h 127.0.0.1 -p "$PORT" \
+    -P "$PIPELINE" -c "$CLIENTS" -n "$n" -q "${opts[@]}" "${WORDS[@]}" 2>&1) || rc=$?
+  cg --dump
+  DUMPS=$((DUMPS + 1))
+  cg --instr=off
+  ((rc != 124)) || die "case ${NAMES[i]}: redis-benchmark did not finish in ${CASE_TIMEOUT}s (BENCH_TIMEOUT)"
+  ((rc == 0)) || die "case ${NAMES[i]}: redis-benchmark failed (exit $rc): $out"
+  dump=$TMP/callgrind.out.$SERVER_PID.$DUMPS
+  [[ -f $dump ]] || die "no callgrind dump $dump"
+  read -r total excl <<<"$(dump_cost "$dump")"
+  rm -f "$dump"
+  ((total > 0)) || die "case ${NAMES[i]}: no instructions in the dump"
+  IR=$(awk -v t="$total" -v e="$excl" -v n="$n" 'BEGIN { printf "%.1f", (t - e) / n }')
+  # Checks: every call ran without error, the keys were what the case says, and one more
+  # call gives the expected decision.
+  read -r calls errs <<<"$(read_stat "${WORDS[0]}")"
+  ((calls >= n && errs == 0)) || die "case ${NAMES[i]}: cmdstat_${WORDS[0]} has calls=$calls (sent $n), errors=$errs; one call gives: $(rcli "${WORDS[@]//__rand_int__/000000000001}" 2>&1 | tr '\n' ' ')"
+  case ${SHAPES[i]} in
+    live)
+      (($(rcli DBSIZE) == LIVE_KEYS)) || die "case ${NAMES[i]}: $(rcli DBSIZE) keys after the window, $LIVE_KEYS expected (did keys expire?)"
+      ;;
+    new=*)
+      local made=$(($(rcli DBSIZE) - keys))
+      ((made * 100 >= n * 99)) || die "case ${NAMES[i]}: $made keys created by $n calls"
+      ;;
+  esac
+  if [[ ${EXPECT[i]} != - ]]; then
+    local key=000000000001
+    [[ ${SHAPES[i]} != new=* ]] || key=999999999999
+    reply=$(rcli "${WORDS[@]//__rand_int__/$key}" 2>&1 | head -n 1)
+    [[ $reply == "${EXPECT[i]}" ]] || die "case ${NAMES[i]}: one more call answers '$reply' first, expected ${EXPECT[i]}"
+  fi
+  log "$(printf '%-22s %7d calls %12s instructions/call  (%.1f s)' "${NAMES[i]}" "$n" "$IR" \
+    "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')")"
+}
+
+IRS=()
+for i in "${!NAMES[@]}"; do
+  warm "$i"
+  measure "$i"
+  IRS[i]=$IR
+done
+
+# ---------------------------------------------------------------------------------------
+# Repeatability: some cases again, from the same starting state (before the propagation
+# cases: once a replica has attached, the server keeps feeding its replication backlog).
+# ---------------------------------------------------------------------------------------
+REP_LINES=() REP_BAD=()
+for c in $REPEAT; do
+  [[ -n ${INDEX[$c]:-} ]] || continue
+  i=${INDEX[$c]}
+  warm "$i"
+  measure "$i"
+  pct=$(awk -v a="${IRS[i]}" -v b="$IR" 'BEGIN { printf "%+.2f", (a > 0 ? 100 * (b - a) / a : 0) }')
+  REP_LINES+=("$(printf '%-22s %12s then %12s  (%s%%)' "$c" "${IRS[i]}" "$IR" "$pct")")
+  if awk -v p="$pct" -v m="$MAX_REPEAT_PCT" 'BEGIN { exit !(p > m || -p > m) }'; then REP_BAD+=("$c"); fi
+done
+
+# ---------------------------------------------------------------------------------------
+# Propagation: the same hot allowed cases with AOF on, then with a replica attached.
+# ---------------------------------------------------------------------------------------
+PROP=()
+for c in "${PROP_CASES[@]}"; do [[ -z ${INDEX[$c]:-} ]] || PROP+=("$c"); done
+declare -A IR_AOF=() IR_REPL=()
+info_field() { rcli INFO "$1" | tr -d '\r' | awk -F: -v k="$2" '$1 == k { print $2 }'; }
+if ((${#PROP[@]} > 0)); then
+  log "propagation: appendonly yes"
+  rcli FLUSHALL >/dev/null
+  rcli CONFIG SET appendonly yes >/dev/null
+  for _ in $(seq 600); do # the initial rewrite (a fork, also under valgrind): up to 60 s
+    [[ $(info_field persistence aof_rewrite_in_progress) == 0 &&
+      $(info_field persistence aof_rewrite_scheduled) == 0 &&
+      $(info_field persistence aof_enabled) == 1 ]] && break
+    sleep 0.1
+  done
+  [[ $(info_field persistence aof_enabled) == 1 ]] || die "appendonly did not turn on"
+  for c in "${PROP[@]}"; do
+    warm "${INDEX[$c]}"
+    measure "${INDEX[$c]}"
+    IR_AOF[$c]=$IR
+  done
+  rcli CONFIG SET appendonly no >/dev/null
+
+  log "propagation: a replica attached"
+  rcli FLUSHALL >/dev/null
+  start_replica
+  for _ in $(seq 600); do # the full sync: up to 60 s
+    [[ $(info_field replication connected_slaves) == 1 ]] &&
+      rcli INFO replication | grep -q 'slave0:.*state=online' &&
+      [[ $(timeout 2 redis-cli -h 127.0.0.1 -p "$REPLICA_PORT" INFO replication | tr -d '\r' |
+        awk -F: '$1 == "master_link_status" { print $2 }') == up ]] && break
+    sleep 0.1
+  done
+  rcli INFO replication | grep -q 'slave0:.*state=online' || die "the replica did not come online (see $TMP/replica.log)"
+  for c in "${PROP[@]}"; do
+    warm "${INDEX[$c]}"
+    measure "${INDEX[$c]}"
+    IR_REPL[$c]=$IR
+  done
+  # The replica applied every call: it holds the same keys.
+  [[ $(rcli WAIT 1 10000) == 1 ]] || die "the replica did not acknowledge the writes"
+  [[ $(timeout 10 redis-cli -h 127.0.0.1 -p "$REPLICA_PORT" DBSIZE) == $(rcli DBSIZE) ]] ||
+    die "the replica's keys differ from the primary's (see $TMP/replica.log)"
+  stop_pid "$REPLICA_PID"
+  REPLICA_PID=
+fi
+
+# ---------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------
+fmt_int() { # thousands separators
+  awk -v x="$1" 'BEGIN {
+    s = sprintf("%.0f", (x < 0 ? -x : x)); o = ""
+    while (length(s) > 3) { o = "," substr(s, length(s) - 2) o; s = substr(s, 1, length(s) - 3) }
+    print (x <= -0.5 ? "-" : "") s o
+  }'
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else printf "-" }'; }
+display_cmd() {
+  local i=$1 c=${CMDS[$1]}
+  c=$(sed -E 's/@([A-Za-z0-9_.-]+)@/<\1.lua>/g' <<<"$c")
+  case ${SHAPES[i]} in
+    live) c="[-r $LIVE_KEYS] $c" ;;
+    new=*) c="[-r $NEW_RANGE] $c" ;;
+  esac
+  printf '%s' "$c"
+}
+
+SET_IR=0 INCR_IR=0
+[[ -z ${INDEX[set-px-live]:-} ]] || SET_IR=${IRS[${INDEX[set-px-live]}]}
+[[ -z ${INDEX[incr]:-} ]] || INCR_IR=${IRS[${INDEX[incr]}]}
+
+echo
+printf 'Instructions per call (callgrind Ir), redis-benchmark -P %s -c %s, %s calls per case at 100%%\n' "$PIPELINE" "$CLIENTS" "$N"
+echo
+W=7 # width of the command column: the longest command shown
+for i in "${!NAMES[@]}"; do
+  c=$(display_cmd "$i")
+  ((${#c} <= W)) || W=${#c}
+done
+printf "%-22s %-${W}s %10s %11s %8s  %s\n" case command Ir/call "x set-px-live" "x incr" "others cost (x this)"
+MISSES=()
+for i in "${!NAMES[@]}"; do
+  others=
+  for v in ${VS[i]}; do
+    [[ -n ${INDEX[$v]:-} ]] || continue
+    others+="${v%%-*} $(ratio "${IRS[${INDEX[$v]}]}" "${IRS[i]}")  "
+  done
+  printf "%-22s %-${W}s %10s %11s %8s  %s\n" "${NAMES[i]}" "$(display_cmd "$i")" "$(fmt_int "${IRS[i]}")" \
+    "$(ratio "${IRS[i]}" "$SET_IR")" "$(ratio "${IRS[i]}" "$INCR_IR")" "$others"
+  case ${TARGET[i]} in
+    live) base=$SET_IR max=$MAX_X_LIVE what="set-px-live" ;;
+    new) base=$SET_IR max=$MAX_X_NEW what="set-px-live" ;;
+    refuse) base=$INCR_IR max=$MAX_X_REFUSE what="incr" ;;
+    *) continue ;;
+  esac
+  awk -v a="${IRS[i]}" -v b="$base" 'BEGIN { exit !(b > 0) }' || continue
+  x=$(awk -v a="${IRS[i]}" -v b="$base" 'BEGIN { printf "%.2f", a / b }')
+  if awk -v x="$x" -v m="$max" 'BEGIN { exit !(x > m) }'; then
+    MISSES+=("${NAMES[i]}: ${x}x $what, target <= ${max}x")
+  fi
+done
+
+if ((${#PROP[@]} > 0)); then
+  echo
+  echo "Propagation: extra instructions per call with appendonly yes (everysec), and with one replica attached"
+  echo
+  printf '%-22s %10s %10s %10s %10s %10s %10s %10s\n' case plain aof "+aof" "x incr's" replica "+replica" "x incr's"
+  inc_aof=0 inc_repl=0
+  if [[ -n ${IR_AOF[incr]:-} ]]; then
+    inc_aof=$(awk -v a="${IR_AOF[incr]}" -v b="$INCR_IR" 'BEGIN { print a - b }')
+    inc_repl=$(awk -v a="${IR_REPL[incr]}" -v b="$INCR_IR" 'BEGIN { print a - b }')
+  fi
+  for c in "${PROP[@]}"; do
+    i=${INDEX[$c]}
+    ea=$(awk -v a="${IR_AOF[$c]}" -v b="${IRS[i]}" 'BEGIN { print a - b }')
+    er=$(awk -v a="${IR_REPL[$c]}" -v b="${IRS[i]}" 'BEGIN { print a - b }')
+    printf '%-22s %10s %10s %10s %10s %10s %10s %10s\n' "$c" "$(fmt_int "${IRS[i]}")" \
+      "$(fmt_int "${IR_AOF[$c]}")" "$(fmt_int "$ea")" "$(ratio "$ea" "$inc_aof")" \
+      "$(fmt_int "${IR_REPL[$c]}")" "$(fmt_int "$er")" "$(ratio "$er" "$inc_repl")"
+    [[ $c != incr ]] || continue
+    for pair in "aof:$ea:$inc_aof" "replica:$er:$inc_repl"; do
+      IFS=: read -r what e b <<<"$pair"
+      awk -v b="$b" 'BEGIN { exit !(b > 0) }' || continue
+      x=$(awk -v a="$e" -v b="$b" 'BEGIN { printf "%.2f", a / b }')
+      if awk -v x="$x" -v m="$MAX_X_PROP" 'BEGIN { exit !(x > m) }'; then
+        MISSES+=("$c: propagating with $what costs ${x}x INCR's extra, target <= ${MAX_X_PROP}x")
+      fi
+    done
+  done
+fi
+
+if ((${#REP_LINES[@]} > 0)); then
+  echo
+  echo "Repeatability (the same case again, from the same starting state; within ${MAX_REPEAT_PCT}% expected):"
+  printf '  %s\n' "${REP_LINES[@]}"
+  ((${#REP_BAD[@]} == 0)) || echo "  NOT REPEATABLE: ${REP_BAD[*]}: compare figures with care"
+fi
+
+echo
+targets="targets (allowed RL.* on live keys <= ${MAX_X_LIVE}x set-px-live, on new keys <= ${MAX_X_NEW}x, refused <= ${MAX_X_REFUSE}x incr, propagation <= ${MAX_X_PROP}x INCR's)"
+if ((${#MISSES[@]} == 0)); then
+  echo "$targets: all met"
+else
+  echo "$targets: missed"
+  printf '  %s\n' "${MISSES[@]}"
+fi
+echo
+commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+git -C "$ROOT" diff --quiet HEAD 2>/dev/null || commit+=" (modified)"
+echo "produced by: ${ENV_USED}bench/instr.sh   (make bench-instr), $(($(date +%s) - STARTED)) s"
+echo "counted:     every instruction of the server process in each window, minus serverCron,"
+echo "             accepting and freeing the clients, and CONFIG GET (not per call)"
+echo "server:      redis-server $SERVER_VERSION ($(redis-server --version | sed -E 's/^Redis server //')), $(valgrind --version)"
+echo "module:      $MODULE, commit $commit"
+[[ -z $CELL_SO ]] || echo "redis-cell:  $CELL_SO"
+echo "machine:     $(nproc) CPUs, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || uname -m), $(uname -sr)"
+echo "load avg:    $LOAD_BEFORE before, $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown) after (1, 5, 15 min)"

@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# Memory per key, and the time to save and load them: `make bench-memory` from the repo root.
+#
+# Starts one redis-server with the module (loopback, free port, no persistence, temp dir),
+# and for each kind below: FLUSHALL, fills it with BENCH_MEMORY_KEYS keys (one call each,
+# sent with redis-cli --pipe), and reads
+#   - the growth of INFO's used_memory, per key (key name, value, expiry, dictionary
+#     entries and tables: everything a key costs the server),
+#   - MEMORY USAGE of one of the keys (SAMPLES 0),
+#   - the time of DEBUG RELOAD (save the RDB, flush, load it back; best of
+#     BENCH_MEMORY_RELOADS): wall-clock time, and the CPU time of the server's main thread
+#     (INFO cpu), which other processes on a shared machine disturb much less; the target
+#     is checked on the CPU time,
+#   - the size of the RDB file per key,
+# next to SET PX, and checks the memory targets of issue 10.
+#
+# Environment:
+#   MODULE               the module to load (default: <repo>/target/release/libredis_ratelimit.so)
+#   CELL_SO              redis-cell's libredis_cell.so: adds CL.THROTTLE keys
+#   BENCH_MEMORY_KEYS    keys per kind (default: 1000000)
+#   BENCH_MEMORY_RELOADS DEBUG RELOAD runs per kind, the best one counts (default: 3)
+set -euo pipefail
+
+# ---------------------------------------------------------------------------------------
+# The kinds: name | command, __key__ standing for the key (m:000000000000, m:000000000001,
+# ..., names of the length redis-benchmark's __rand_int__ gives). Windows are long enough
+# that no key expires during the run (a token or leaky key expires when its bucket is full
+# again: window / limit after one call). The first kind is the baseline.
+# ---------------------------------------------------------------------------------------
+KINDS=(
+  "set-px    | SET __key__ v PX 86400000"
+  "token     | RL.TOKEN __key__ 100 86400000"
+  "leaky     | RL.LEAKY __key__ 100 86400000"
+  "fixed     | RL.FIXED __key__ 100 86400000"
+  "slide-1   | RL.SLIDE __key__ 100 86400000"
+  "subwin-60 | RL.SUBWIN __key__ 100 3600000 60000"
+  "cl        | CL.THROTTLE __key__ 99 100 86400"
+)
+
+# Targets from issue 10.
+MAX_X_BUCKET=1.2      # token, leaky, fixed: bytes per key, x set-px
+MAX_SLIDE_ONE=240     # slide-1: bytes per key
+MAX_X_RELOAD=1.5      # every RL.* kind: DEBUG RELOAD CPU time, x set-px's
+
+ENV_USED=
+for v in MODULE CELL_SO BENCH_MEMORY_KEYS BENCH_MEMORY_RELOADS; do
+  [[ -z ${!v+x} ]] || ENV_USED+="$v=${!v} "
+done
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$BENCH_DIR/.." && pwd)
+MODULE=${MODULE:-$ROOT/target/release/libredis_ratelimit.so}
+CELL_SO=${CELL_SO:-}
+KEYS=${BENCH_MEMORY_KEYS:-1000000}
+RELOADS=${BENCH_MEMORY_RELOADS:-3}
+
+die() {
+  echo "bench-memory: $*" >&2
+  exit 1
+}
+log() { echo "bench-memory: $*" >&2; }
+
+for tool in redis-server redis-cli timeout awk; do
+  command -v "$tool" >/dev/null || die "$tool not found (make deps installs redis-server and redis-tools)"
+done
+case $MODULE in /*) ;; *) MODULE=$PWD/$MODULE ;; esac
+[[ -f $MODULE ]] || die "module not found: $MODULE (run make build)"
+if [[ -n $CELL_SO ]]; then
+  case $CELL_SO in /*) ;; *) CELL_SO=$PWD/$CELL_SO ;; esac
+  [[ -f $CELL_SO ]] || die "CELL_SO not found: $CELL_SO"
+fi
+for v in KEYS RELOADS; do
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
+done
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/rl-memory.XXXXXX")
+SERVER_PID= PORT=
+cleanup() {
+  local rc=$?
+  if [[ -n $SERVER_PID ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
+    kill "$SERVER_PID" 2>/dev/null || true
+    for _ in $(seq 50); do
+      kill -0 "$SERVER_PID" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -9 "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+  fi
+  rm -rf "$TMP"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+rcli() { timeout 300 redis-cli -h 127.0.0.1 -p "$PORT" "$@"; }
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+MODULE_ARGS=(--loadmodule "$MODULE")
+[[ -z $CELL_SO ]] || MODULE_ARGS+=(--loadmodule "$CELL_SO")
+
+start_server() {
+  local attempt i
+  for attempt in $(seq 10); do
+    PORT=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+    port_free "$PORT" || continue
+    redis-server --port "$PORT" --bind 127.0.0.1 --dir "$TMP" "${MODULE_ARGS[@]}" \
+      --save "" --appendonly no --enable-debug-command yes \
+      --logfile "$TMP/redis.log" >/dev/null 2>&1 &
+    SERVER_PID=$!
+    for i in $(seq 100); do
+      kill -0 "$SERVER_PID" 2>/dev/null || break
+      [[ $(timeout 2 redis-cli -h 127.0.0.1 -p "$PORT" PING 2>/dev/null) == PONG ]] && return 0
+      sleep 0.1
+    done
+    kill -9 "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=
+    grep -q "Address already in use" "$TMP/redis.log" 2>/dev/null || die "redis-server did not start (see $TMP/redis.log)"
+    : >"$TMP/redis.log"
+  done
+  die "could not start redis-server"
+}
+
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
+STARTED=$(date +%s)
+start_server
+SERVER_VERSION=$(rcli INFO server | tr -d '\r' | awk -F: '$1 == "redis_version" { print $2 }')
+rcli MODULE LIST | grep -qi ratelimit || die "module not loaded (see $TMP/redis.log)"
+log "redis-server $SERVER_VERSION on 127.0.0.1:$PORT (pid $SERVER_PID), $KEYS keys per kind"
+
+used_memory() { rcli INFO memory | tr -d '\r' | awk -F: '$1 == "used_memory" { print $2 }'; }
+now_ms() { date +%s%3N; }
+# CPU time of the server's main thread, in microseconds.
+cpu_us() {
+  rcli INFO cpu | tr -d '\r' | awk -F: '
+    $1 == "used_cpu_user_main_thread" || $1 == "used_cpu_sys_main_thread" { t += $2 }
+    END { printf "%.0f\n", t * 1000000 }'
+}
+
+trim() {
+  local s=$1
+  s=${s#"${s%%[![:space:]]*}"}
+  s=${s%"${s##*[![:space:]]}"}
+  printf '%s' "$s"
+}
+
+NAMES=() CMDS=() BYTES=() USAGE=() RELOAD_MS=() RELOAD_CPU=() RDB=()
+for line in "${KINDS[@]}"; do
+  IFS='|' read -r name cmd <<<"$line"
+  name=$(trim "$name") cmd=$(trim "$cmd")
+  [[ -n $CELL_SO || ! $cmd =~ ^CL\. ]] || continue
+  [[ $cmd == *__key__* ]] || die "kind $name: no __key__ in '$cmd'"
+  rcli FLUSHALL >/dev/null
+  before=$(used_memory)
+  out=$(awk -v pre="${cmd%%__key__*}" -v post="${cmd#*__key__}" -v n="$KEYS" \
+    'BEGIN { for (k = 0; k < n; k++) printf "%sm:%012d%s\n", pre, k, post }' |
+    timeout 900 redis-cli -h 127.0.0.1 -p "$PORT" --pipe 2>&1) || die "kind $name: filling failed: $out"
+  grep -q "errors: 0," <<<"$out" || die "kind $name: errors while filling: $(tail -n 3 <<<"$out")"
+  after=$(used_memory)
+  keys=$(rcli DBSIZE)
+  ((keys == KEYS)) || die "kind $name: $keys keys after filling, $KEYS expected (did some expire?)"
+  usage=$(rcli MEMORY USAGE m:000000000001 SAMPLES 0)
+  best= best_cpu=
+  for _ in $(seq "$RELOADS"); do
+    c0=$(cpu_us)
+    t0=$(now_ms)
+    reply=$(rcli DEBUG RELOAD)
+    t1=$(now_ms)
+    c1=$(cpu_us)
+    [[ $reply == OK ]] || die "kind $name: DEBUG RELOAD answered: $reply"
+    ((${best:-999999999} <= t1 - t0)) || best=$((t1 - t0))
+    ((${best_cpu:-999999999999} <= c1 - c0)) || best_cpu=$((c1 - c0))
+  done
+  keys=$(rcli DBSIZE)
+  ((keys == KEYS)) || die "kind $name: $keys keys after DEBUG RELOAD, $KEYS expected"
+  rdb=$(stat -c %s "$TMP/dump.rdb")
+  NAMES+=("$name") CMDS+=("$cmd") USAGE+=("$usage") RELOAD_MS+=("$best") RDB+=("$rdb")
+  RELOAD_CPU+=("$((best_cpu / 1000))")
+  BYTES+=("$(awk -v a="$after" -v b="$before" -v n="$KEYS" 'BEGIN { printf "%.1f", (a - b) / n }')")
+  log "$(printf '%-10s %8s bytes/key  MEMORY USAGE %4s  DEBUG RELOAD %6d ms, %6d ms CPU' "$name" "${BYTES[-1]}" "$usage" "$best" "${RELOAD_CPU[-1]}")"
+done
+rcli FLUSHALL >/dev/null
+
+# ---------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else printf "-" }'; }
+echo
+printf 'Memory per key over %s keys (growth of used_memory), and DEBUG RELOAD of them (best of %s; x set-px: of the CPU time)\n' "$KEYS" "$RELOADS"
+echo
+printf '%-10s %-38s %10s %9s %13s %10s %14s %9s %10s\n' kind "command (k: m:000000000000 ...)" bytes/key "x set-px" "MEMORY USAGE" "reload ms" "reload CPU ms" "x set-px" "rdb b/key"
+MISSES=()
+for i in "${!NAMES[@]}"; do
+  printf '%-10s %-38s %10s %9s %13s %10s %14s %9s %10s\n' "${NAMES[i]}" "${CMDS[i]//__key__/k}" "${BYTES[i]}" \
+    "$(ratio "${BYTES[i]}" "${BYTES[0]}")" "${USAGE[i]}" "${RELOAD_MS[i]}" "${RELOAD_CPU[i]}" \
+    "$(ratio "${RELOAD_CPU[i]}" "${RELOAD_CPU[0]}")" "$(awk -v a="${RDB[i]}" -v n="$KEYS" 'BEGIN { printf "%.1f", a / n }')"
+  case ${NAMES[i]} in
+    token | leaky | fixed)
+      if awk -v a="${BYTES[i]}" -v b="${BYTES[0]}" -v m="$MAX_X_BUCKET" 'BEGIN { exit !(a > m * b) }'; then
+        MISSES+=("${NAMES[i]}: $(ratio "${BYTES[i]}" "${BYTES[0]}") set-px's bytes per key, target <= ${MAX_X_BUCKET}x")
+      fi
+      ;;
+    slide-1)
+      if awk -v a="${BYTES[i]}" -v m="$MAX_SLIDE_ONE" 'BEGIN { exit !(a > m) }'; then
+        MISSES+=("slide-1: ${BYTES[i]} bytes per key, target <= $MAX_SLIDE_ONE")
+      fi
+      ;;
+  esac
+  case ${CMDS[i]} in
+    RL.*)
+      if awk -v a="${RELOAD_CPU[i]}" -v b="${RELOAD_CPU[0]}" -v m="$MAX_X_RELOAD" 'BEGIN { exit !(a > m * b) }'; then
+        MISSES+=("${NAMES[i]}: DEBUG RELOAD takes $(ratio "${RELOAD_CPU[i]}" "${RELOAD_CPU[0]}") set-px's CPU time, target <= ${MAX_X_RELOAD}x")
+      fi
+      ;;
+  esac
+done
+echo
+targets="targets (token, leaky, fixed <= ${MAX_X_BUCKET}x set-px bytes/key; slide-1 <= $MAX_SLIDE_ONE bytes/key; DEBUG RELOAD CPU time of every RL.* kind <= ${MAX_X_RELOAD}x set-px's)"
+if ((${#MISSES[@]} == 0)); then
+  echo "$targets: all met"
+else
+  echo "$targets: missed"
+  printf '  %s\n' "${MISSES[@]}"
+fi
+echo
+commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+git -C "$ROOT" diff --quiet HEAD 2>/dev/null || commit+=" (modified)"
+echo "produced by: ${ENV_USED}bench/memory.sh   (make bench-memory), $(($(date +%s) - STARTED)) s"
+echo "server:      redis-server $SERVER_VERSION ($(redis-server --version | sed -E 's/^Redis server //'))"
+echo "module:      $MODULE, commit $commit"
+[[ -z $CELL_SO ]] || echo "redis-cell:  $CELL_SO"
+echo "machine:     $(nproc) CPUs, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || uname -m), $(uname -sr)"
+echo "load avg:    $LOAD_BEFORE before, $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown) after (1, 5, 15 min)"

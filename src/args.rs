@@ -52,6 +52,21 @@ pub struct Options {
 
 const COST_MAX: u64 = i64::MAX as u64;
 
+/// What a request weighs when no COST is given.
+pub const COST_DEFAULT: u64 = 1;
+/// A leaky bucket's BURST when none is given.
+pub const LEAKY_BURST_DEFAULT: u64 = 1;
+
+/// A token bucket's BURST when none is given: its limit.
+pub fn token_burst_default(limit: u64) -> u64 {
+    limit
+}
+
+/// A leaky bucket's MAXDELAY when none is given: its window.
+pub fn leaky_max_delay_default(window_ms: u64) -> u64 {
+    window_ms
+}
+
 /// `RL.TOKEN key limit window_ms [BURST b] [COST n] [NOW ms]` and
 /// `RL.LEAKY key limit window_ms [MAXDELAY ms] [BURST b] [COST n] [NOW ms]`.
 #[derive(Debug, PartialEq, Eq)]
@@ -67,7 +82,7 @@ pub fn token<A: AsBytes>(args: &[A]) -> Result<Rate, Error> {
         params: Params {
             limit,
             window_ms,
-            burst: opts[Opt::Burst as usize].unwrap_or(limit),
+            burst: opts[Opt::Burst as usize].unwrap_or(token_burst_default(limit)),
             max_delay_ms: 0,
         },
         options: Options::from(opts),
@@ -81,8 +96,9 @@ pub fn leaky<A: AsBytes>(args: &[A]) -> Result<Rate, Error> {
         params: Params {
             limit,
             window_ms,
-            burst: opts[Opt::Burst as usize].unwrap_or(1),
-            max_delay_ms: opts[Opt::MaxDelay as usize].unwrap_or(window_ms),
+            burst: opts[Opt::Burst as usize].unwrap_or(LEAKY_BURST_DEFAULT),
+            max_delay_ms: opts[Opt::MaxDelay as usize]
+                .unwrap_or(leaky_max_delay_default(window_ms)),
         },
         options: Options::from(opts),
     })
@@ -241,7 +257,7 @@ type Parsed = [Option<u64>; 5];
 impl From<Parsed> for Options {
     fn from(p: Parsed) -> Options {
         Options {
-            cost: p[Opt::Cost as usize].unwrap_or(1),
+            cost: p[Opt::Cost as usize].unwrap_or(COST_DEFAULT),
             now: p[Opt::Now as usize],
         }
     }

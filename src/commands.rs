@@ -1,8 +1,8 @@
 //! The `RL.*` handlers: parse, read the clock once, run the algorithm, set the expiry and
 //! replicate. The only module that decides what a command does to a key.
 //!
-//! Replication: a change is propagated as the same command with its options resolved and
-//! the exact decision time (`NOW`) it was taken at. A server executing a command that came
+//! Replication: a change is propagated as `RL.APPLY key effect` (see [`crate::effect`]): the
+//! deciding command's words with the exact decision time (`NOW`) it was taken at. A server executing a command that came
 //! from its primary or from the AOF applies it even where it would have decided otherwise,
 //! so replicas follow the primary's decisions. Refused and `COST 0` calls propagate nothing.
 //!
@@ -145,8 +145,9 @@ struct Call<'a, P: ?Sized> {
     positional: usize,
     /// Flags given (propagated after the positional arguments).
     flags: &'a [&'a str],
-    /// Options propagated with their resolved values, so replicas need no defaults.
-    resolved: &'a [(&'a str, u64)],
+    /// Options as `(keyword, value, default)`: propagated with their values where these are
+    /// not the defaults the command's parser applies.
+    resolved: &'a [(&'a str, u64, u64)],
 }
 
 /// Propagates the effect of a change: `RL.APPLY key effect` for a decision (see
@@ -220,10 +221,15 @@ fn limit<L: Limit, A: AsBytes>(
         for flag in call.flags {
             line.word(flag.as_bytes());
         }
-        for (keyword, value) in call.resolved {
-            line.option(keyword, *value);
+        for &(keyword, value, default) in call.resolved {
+            if value != default {
+                line.option(keyword, value);
+            }
         }
-        line.option("COST", cost).option("NOW", at);
+        if cost != args::COST_DEFAULT {
+            line.option("COST", cost);
+        }
+        line.option("NOW", at);
     });
     replicate_expiry(ctx, key_name, clock.lag, expiry);
     Ok(Reply::Decision(decision))
@@ -257,7 +263,8 @@ pub fn token(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
 
 fn token_as<A: AsBytes>(ctx: &Context, key: Arg, args: &[A], mode: Mode) -> Result<Reply, Error> {
     let req = args::token(args)?;
-    let resolved = [("BURST", req.params.burst)];
+    let p = req.params;
+    let resolved = [("BURST", p.burst, args::token_burst_default(p.limit))];
     let shape = (
         Kind::Token,
         Limiter::Token as fn(Gcra) -> Limiter,
@@ -273,7 +280,14 @@ pub fn leaky(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
 fn leaky_as<A: AsBytes>(ctx: &Context, key: Arg, args: &[A], mode: Mode) -> Result<Reply, Error> {
     let req = args::leaky(args)?;
     let p = req.params;
-    let resolved = [("MAXDELAY", p.max_delay_ms), ("BURST", p.burst)];
+    let resolved = [
+        (
+            "MAXDELAY",
+            p.max_delay_ms,
+            args::leaky_max_delay_default(p.window_ms),
+        ),
+        ("BURST", p.burst, args::LEAKY_BURST_DEFAULT),
+    ];
     let shape = (
         Kind::Leaky,
         Limiter::Leaky as fn(Gcra) -> Limiter,
@@ -353,7 +367,7 @@ fn bucket<A: AsBytes>(
     args: &[A],
     mode: Mode,
     req: args::Rate,
-    resolved: &[(&str, u64)],
+    resolved: &[(&str, u64, u64)],
     (kind, wrap, unwrap): BucketShape,
 ) -> Result<Reply, Error> {
     let p = req.params;

@@ -138,7 +138,9 @@ fn parse_resp_commands(bytes: &[u8]) -> Vec<Vec<String>> {
     commands
 }
 
-/// An allowed limiter call as the AOF holds it: `<command> key <params> COST n NOW t`.
+/// An allowed limiter call as the AOF holds it: `<command> key <params> [options] NOW t`,
+/// with COST and the options that the primary propagated because they were not the
+/// defaults.
 struct Recorded {
     words: Vec<String>,
     cost: u64,
@@ -149,14 +151,18 @@ impl Recorded {
     fn parse(words: Vec<String>) -> Recorded {
         let n = words.len();
         assert!(
-            n >= 6 && words[n - 4] == "COST" && words[n - 2] == "NOW",
+            n >= 4 && words[n - 2] == "NOW",
             "not a propagated limiter call: {words:?}"
         );
-        Recorded {
-            cost: words[n - 3].parse().expect("COST"),
+        let mut r = Recorded {
+            cost: 1,
             now: words[n - 1].parse().expect("NOW"),
             words,
+        };
+        if r.words.iter().any(|w| w == "COST") {
+            r.cost = r.option("COST");
         }
+        r
     }
 
     /// The numeric parameter at `i` (0 = the first word after the key).
@@ -164,10 +170,30 @@ impl Recorded {
         self.words[2 + i].parse().expect("a numeric parameter")
     }
 
-    /// The value of option `name` (`BURST`, `MAXDELAY`), as the primary resolved it.
+    /// The words from the first parameter up to the options (the windows of RL.SLIDE).
+    fn params(&self) -> &[String] {
+        let end = self
+            .words
+            .iter()
+            .skip(2)
+            .position(|w| w.starts_with(|c: char| c.is_ascii_alphabetic()))
+            .map_or(self.words.len(), |p| p + 2);
+        &self.words[2..end]
+    }
+
+    /// The value of option `name` (`BURST`, `MAXDELAY`, `COST`), or the default the command
+    /// applies when the primary left it out.
     fn option(&self, name: &str) -> u64 {
-        let at = self.words.iter().position(|w| w == name).expect(name);
-        self.words[at + 1].parse().expect("option value")
+        match self.words.iter().position(|w| w == name) {
+            Some(at) => self.words[at + 1].parse().expect("option value"),
+            None => match (self.words[0].as_str(), name) {
+                ("RL.TOKEN", "BURST") => self.param(0),
+                ("RL.LEAKY", "BURST") => 1,
+                ("RL.LEAKY", "MAXDELAY") => self.param(1),
+                (_, "COST") => 1,
+                _ => panic!("no {name} in {:?}", self.words),
+            },
+        }
     }
 
     /// The same call `shift` ms later.
@@ -184,7 +210,7 @@ impl Recorded {
 
 /// RL.SLIDE: in no rolling window `(t - window, t]` do the allowed units exceed its limit.
 fn check_slide(calls: &[Recorded]) -> String {
-    let pairs = &calls[0].words[2..calls[0].words.len() - 4];
+    let pairs = calls[0].params();
     let mut peaks = Vec::new();
     for pair in pairs.chunks(2) {
         let (limit, window): (u64, u64) = (pair[0].parse().unwrap(), pair[1].parse().unwrap());

@@ -92,7 +92,11 @@ const TEMPLATES: [&[&str]; 13] = [
     &["RL.RESTORE", "h:restore", "payload"],
     &["RL.PEEK", "h:fixed"],
     &["RL.REFUND", "h:leaky"],
-    &["RL.APPLY", "h:apply", "RL.SLIDE 10 1000 COST 1 NOW 1700000000000"],
+    &[
+        "RL.APPLY",
+        "h:apply",
+        "RL.SLIDE 10 1000 COST 1 NOW 1700000000000",
+    ],
 ];
 
 /// A reply a client may see: an error, nil, OK, or the five fields in their ranges.

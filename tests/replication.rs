@@ -192,11 +192,15 @@ fn decisions_reach_the_aof_as_one_effect_argument() {
     let t = unix_ms();
     rl(&mut c, &format!("RL.TOKEN tok 100 60000 NOW {t}"));
     rl(&mut c, &format!("RL.FIXED fix 5 1000 ALIGN COST 2 NOW {t}"));
+    rl(&mut c, &format!("RL.LEAKY lk 10 1000 BURST 1 MAXDELAY 500 NOW {t}"));
     let aof = std::fs::read_to_string(server.path("appendonlydir/appendonly.aof.1.incr.aof"))
         .expect("the incremental AOF");
     for effect in [
-        format!("RL.TOKEN 100 60000 BURST 100 COST 1 NOW {t}"),
+        // Options at their defaults (COST 1, BURST = limit, a leaky bucket's BURST 1) are
+        // left out; the others are resolved.
+        format!("RL.TOKEN 100 60000 NOW {t}"),
         format!("RL.FIXED 5 1000 ALIGN COST 2 NOW {t}"),
+        format!("RL.LEAKY 10 1000 MAXDELAY 500 NOW {t}"),
     ] {
         let bulk = "$8\r\nRL.APPLY\r\n$3\r\n";
         assert!(aof.contains(bulk), "{aof:?}");

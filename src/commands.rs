@@ -202,7 +202,9 @@ fn limit<L: Limit, A: AsBytes>(
     let behind = limiter.latest().saturating_sub(clock.caller);
     let now = clock.caller;
     let decision = limiter.acquire(now, params, cost).seen_from_behind(behind);
-    let decided = || call.mode == Mode::Apply || applying_decided(ctx);
+    // Decided elsewhere: an effect, or a command of the older form (which always carries
+    // NOW) from the primary or the AOF. Refused calls without NOW skip the flags lookup.
+    let decided = || call.mode == Mode::Apply || (call.now.is_some() && applying_decided(ctx));
     let changed =
         cost > 0 && (decision.allowed || (decided() && limiter.record(now, params, cost)));
     if !changed {

@@ -192,7 +192,10 @@ fn decisions_reach_the_aof_as_one_effect_argument() {
     let t = unix_ms();
     rl(&mut c, &format!("RL.TOKEN tok 100 60000 NOW {t}"));
     rl(&mut c, &format!("RL.FIXED fix 5 1000 ALIGN COST 2 NOW {t}"));
-    rl(&mut c, &format!("RL.LEAKY lk 10 1000 BURST 1 MAXDELAY 500 NOW {t}"));
+    rl(
+        &mut c,
+        &format!("RL.LEAKY lk 10 1000 BURST 1 MAXDELAY 500 NOW {t}"),
+    );
     let aof = std::fs::read_to_string(server.path("appendonlydir/appendonly.aof.1.incr.aof"))
         .expect("the incremental AOF");
     for effect in [

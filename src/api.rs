@@ -168,36 +168,92 @@ pub fn replicate_expire_at(ctx: &Context, key: Arg, at: u64) {
     }
 }
 
-/// Registers one command and its optional ACL categories (7.2+; skipped where the server
-/// has no ACL category API).
+/// Adds the module's own ACL category, `@name`, where the server lets modules add categories
+/// (`RedisModule_AddACLCategory`: Redis 7.4, Valkey 8.0). Returns whether the category now
+/// exists for this module: false where the API is missing or refused it (the name is taken,
+/// or the server has no room for another category).
+pub fn add_acl_category(ctx: &Context, name: &CStr) -> bool {
+    // SAFETY: called from OnLoad with the module's context; `name` is a C string.
+    unsafe {
+        match raw::RedisModule_AddACLCategory {
+            Some(add) => add(ctx.ctx, name.as_ptr()) == raw::REDISMODULE_OK as c_int,
+            None => false,
+        }
+    }
+}
+
+/// How far a command's ACL categories could be set, best first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Acl {
+    /// Every category asked for.
+    All,
+    /// The standard ones only: the server refused the module's own category.
+    WithoutOwn,
+    /// None: the server has no ACL category API for module commands (7.0), or refused even
+    /// the standard categories. The command is then granted by name (`+rl.slide`).
+    None,
+}
+
+/// Registers one command, then sets its ACL categories where the server supports them
+/// (`RedisModule_SetCommandACLCategories`: Redis and Valkey 7.2+): `categories` (standard
+/// ones such as `write fast`) plus `own` (the module's category, when it exists). Redis takes
+/// a category list whole or not at all, so when the full list is refused the command is
+/// given `categories` alone rather than left in none. Returns `None` when the command could
+/// not be created.
 pub fn create_command(
     ctx: &Context,
     name: &CStr,
     func: raw::RedisModuleCmdFunc,
     flags: &CStr,
-    acl: &CStr,
-) -> bool {
+    categories: &str,
+    own: Option<&str>,
+) -> Option<Acl> {
     // SAFETY: called from OnLoad with the module's context; all strings are C strings.
     unsafe {
-        let Some(create) = raw::RedisModule_CreateCommand else {
-            return false;
-        };
+        let create = raw::RedisModule_CreateCommand?;
         if create(ctx.ctx, name.as_ptr(), func, flags.as_ptr(), 1, 1, 1)
             != raw::REDISMODULE_OK as c_int
         {
-            return false;
+            return None;
         }
-        if let (Some(get), Some(set_acl)) = (
+        let (Some(get), Some(set_acl)) = (
             raw::RedisModule_GetCommand,
             raw::RedisModule_SetCommandACLCategories,
-        ) {
-            let command = get(ctx.ctx, name.as_ptr());
-            if command.is_null() || set_acl(command, acl.as_ptr()) != raw::REDISMODULE_OK as c_int {
-                ctx.log_warning(&format!(
-                    "ratelimit: could not set ACL categories of {name:?}"
-                ));
-            }
+        ) else {
+            return Some(Acl::None);
+        };
+        let command = get(ctx.ctx, name.as_ptr());
+        if command.is_null() {
+            ctx.log_warning(&format!(
+                "ratelimit: no handle to {name:?}; no ACL categories"
+            ));
+            return Some(Acl::None);
         }
+        let set = |list: &str| {
+            std::ffi::CString::new(list)
+                .is_ok_and(|list| set_acl(command, list.as_ptr()) == raw::REDISMODULE_OK as c_int)
+        };
+        match own {
+            Some(own) => {
+                if set(&format!("{categories} {own}")) {
+                    return Some(Acl::All);
+                }
+                ctx.log_warning(&format!(
+                    "ratelimit: {name:?} refused ACL categories \"{categories} {own}\"; \
+                     setting \"{categories}\" alone"
+                ));
+                if set(categories) {
+                    return Some(Acl::WithoutOwn);
+                }
+            }
+            None if set(categories) => return Some(Acl::All),
+            None => {}
+        }
+        ctx.log_warning(&format!(
+            "ratelimit: {name:?} refused ACL categories \"{categories}\"; \
+             grant it by name (+{})",
+            name.to_string_lossy().to_lowercase()
+        ));
+        Some(Acl::None)
     }
-    true
 }

@@ -25,8 +25,7 @@ use std::ffi::CStr;
 use std::os::raw::c_int;
 
 use redis_module::{
-    raw, redis_module, AclCategory, Context, InfoContext, ModuleOptions, RedisResult, RedisString,
-    Status,
+    raw, redis_module, Context, InfoContext, ModuleOptions, RedisResult, RedisString, Status,
 };
 
 use cmdinfo::{arg, option, Arg, ArgKind, Info};
@@ -184,28 +183,46 @@ command!(
 command!(rl_restore, "RL.RESTORE", None, commands::restore);
 command!(rl_apply, "RL.APPLY", None, commands::apply);
 
-/// A command's name, entry point, flags and optional ACL categories.
+/// A command's name, entry point, flags and standard ACL categories.
+///
+/// The categories follow the rule Redis applies to its own commands: `write` or `read` as the
+/// flags say, `fast` for a call that costs O(1) or O(log N) (Redis's `CMD_FAST`: "should never
+/// delay its execution"; ZADD is one), `slow` for every other. The module's own `ratelimit`
+/// category is added at load where the server can create it. The `fast` flag matches the
+/// `fast` category, as it does for Redis's commands.
 type Registration = (
     &'static CStr,
     raw::RedisModuleCmdFunc,
     &'static CStr,
-    &'static CStr,
+    &'static str,
 );
 
 const WRITE: &CStr = c"write deny-oom";
-const WRITE_ACL: &CStr = c"write ratelimit";
+const WRITE_FAST: &CStr = c"write deny-oom fast";
 
 static REGISTRY: [Registration; 9] = [
-    (c"RL.SLIDE", Some(rl_slide), WRITE, WRITE_ACL),
-    (c"RL.TOKEN", Some(rl_token), WRITE, WRITE_ACL),
-    (c"RL.LEAKY", Some(rl_leaky), WRITE, WRITE_ACL),
-    (c"RL.FIXED", Some(rl_fixed), WRITE, WRITE_ACL),
-    (c"RL.SUBWIN", Some(rl_subwin), WRITE, WRITE_ACL),
-    (c"RL.PEEK", Some(rl_peek), c"readonly", c"read ratelimit"),
-    (c"RL.REFUND", Some(rl_refund), c"write", WRITE_ACL),
-    (c"RL.RESTORE", Some(rl_restore), WRITE, WRITE_ACL),
-    (c"RL.APPLY", Some(rl_apply), WRITE, WRITE_ACL),
+    // Binary searches over the log and an O(1) move of its head past the records that left
+    // (merged per millisecond): O(log N), like ZADD. The only linear steps are amortised:
+    // giving memory back once a burst has left, and renumbering offsets every 18 days.
+    (c"RL.SLIDE", Some(rl_slide), WRITE_FAST, "write fast"),
+    (c"RL.TOKEN", Some(rl_token), WRITE_FAST, "write fast"),
+    (c"RL.LEAKY", Some(rl_leaky), WRITE_FAST, "write fast"),
+    (c"RL.FIXED", Some(rl_fixed), WRITE_FAST, "write fast"),
+    // Clears the sub-intervals it passes and, when refused, scans its ring (up to 4,096
+    // counters) for the wait: bounded but not O(log N), like PFCOUNT, which Redis files slow.
+    (c"RL.SUBWIN", Some(rl_subwin), WRITE, "write slow"),
+    // Reads whichever kind the key holds, a RL.SUBWIN ring included.
+    (c"RL.PEEK", Some(rl_peek), c"readonly", "read slow"),
+    // Walks back over the records it gives back: O(M + log N).
+    (c"RL.REFUND", Some(rl_refund), c"write", "write slow"),
+    // Decodes a whole value: O(N).
+    (c"RL.RESTORE", Some(rl_restore), WRITE, "write slow"),
+    // Applies one effect: as the command it names (RL.SLIDE at most O(log N)).
+    (c"RL.APPLY", Some(rl_apply), WRITE, "write slow"),
 ];
+
+/// The module's own ACL category, `@ratelimit`, holding every RL.* command.
+const OWN_CATEGORY: &CStr = c"ratelimit";
 
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     // Damaged RESTORE payloads become errors instead of aborting the server, and keys are
@@ -213,13 +230,36 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     ctx.set_module_options(
         ModuleOptions::HANDLE_IO_ERRORS | ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED,
     );
-    // Mandatory flags only: ACL categories are optional (7.2+) and set where supported.
-    for (name, func, flags, acl) in REGISTRY {
-        if !api::create_command(ctx, name, func, flags, acl) {
-            ctx.log_warning(&format!("ratelimit: could not register {name:?}"));
-            return Status::Err;
+    // ACL categories depend on the server: none for module commands before 7.2, the standard
+    // ones from 7.2, a module's own only where it can add one (Redis 7.4, Valkey 8.0). A list
+    // naming a category that does not exist is refused whole, so ours is named only if it was
+    // created here.
+    let own = api::add_acl_category(ctx, OWN_CATEGORY)
+        .then(|| OWN_CATEGORY.to_str().ok())
+        .flatten();
+    let mut least = api::Acl::All;
+    for (name, func, flags, categories) in REGISTRY {
+        match api::create_command(ctx, name, func, flags, categories, own) {
+            Some(acl) => least = least.max(acl),
+            None => {
+                ctx.log_warning(&format!("ratelimit: could not register {name:?}"));
+                return Status::Err;
+            }
         }
     }
+    ctx.log_notice(match (least, own) {
+        (api::Acl::All, Some(_)) => {
+            "ratelimit: commands in ACL categories @write/@read, @fast/@slow and @ratelimit"
+        }
+        (api::Acl::All | api::Acl::WithoutOwn, _) => {
+            "ratelimit: commands in ACL categories @write/@read and @fast/@slow; \
+             this server cannot add @ratelimit (Redis 7.4+, Valkey 8.0+)"
+        }
+        (api::Acl::None, _) => {
+            "ratelimit: this server gives module commands no ACL categories (before 7.2); \
+             grant them by name (+rl.slide ...)"
+        }
+    });
     for info in &COMMANDS {
         cmdinfo::set(ctx, info);
     }
@@ -231,7 +271,6 @@ redis_module! {
     version: 1,
     allocator: (Allocator, ALLOCATOR),
     data_types: [LIMITER_TYPE],
-    acl_categories: ["ratelimit",],
     init: init,
     info: info,
     configurations: [

@@ -18,8 +18,9 @@
 //!   (delta_ms units)*`: records within `keep_ms` (> 0) of a call are kept until
 //!   `keep_until` (absolute, possibly past);
 //! - sub-interval window (kind 5): `latest limit window_ms resolution_ms kept_ms keep_until
-//!   count*`: the ring spans `kept_ms` (a multiple of `resolution_ms`, more than `window_ms`),
-//!   so `kept_ms / resolution_ms + 1` counters follow.
+//!   count*`: the ring spans `kept_ms` (a multiple of `resolution_ms`, at least `window_ms`:
+//!   a retention as long as the window runs on until `keep_until`), so
+//!   `kept_ms / resolution_ms + 1` counters follow.
 //!
 //! A state without a retention is always written as version 1, byte for byte as before
 //! version 2 existed; the other kinds have no version 2.
@@ -655,8 +656,8 @@ mod tests {
         bytes[12..14].copy_from_slice(&[0, 0]);
         bytes.remove(13);
         assert!(Limiter::decode(&bytes).is_err());
-        // A ring: kept_ms must be longer than the window, in whole sub-intervals.
-        for kept in [1000u64, 10_500, 5_000_000] {
+        // A ring: kept_ms is at least the window, in whole sub-intervals, at most 4096.
+        for kept in [0u64, 10_500, 5_000_000] {
             let mut bytes = SUBWIN_V2[..9].to_vec();
             put_varint(&mut bytes, kept);
             bytes.extend_from_slice(&SUBWIN_V2[11..]);

@@ -123,11 +123,11 @@ impl SubWindow {
     }
 
     /// An empty window for `p` whose ring holds `ring` sub-intervals before the latest
-    /// (`ring` >= the window's, with `keep_until` when more).
+    /// (at least the window's), with a retention until `keep_until`.
     fn shaped(p: &Params, ring: u64, keep_until: Option<Millis>) -> SubWindow {
         let n = p.subintervals().min(MAX_SUBINTERVALS) as u32;
         let ring = ring.clamp(u64::from(n), MAX_SUBINTERVALS) as u32;
-        let until = keep_until.filter(|_| ring > n);
+        let until = keep_until;
         let flag = if until.is_some() { RETAINED } else { 0 };
         let mut w = SubWindow {
             words: vec![0u32; block_len(ring | flag)].into_boxed_slice(),
@@ -163,7 +163,7 @@ impl SubWindow {
             Some((kept_ms, until)) => {
                 let ring = kept_ms / p.resolution_ms;
                 if !kept_ms.is_multiple_of(p.resolution_ms)
-                    || kept_ms <= p.window_ms
+                    || kept_ms < p.window_ms
                     || ring > MAX_SUBINTERVALS
                 {
                     return Err(Corrupt("retention out of range"));
@@ -257,9 +257,9 @@ impl SubWindow {
         self.put(UNTIL_LOW, until as u32);
     }
 
-    /// `(kept_ms, keep_until)`: the ring spans `kept_ms`, longer than the window, for the
-    /// units a longer window used before still counts, until `keep_until`. `None` when
-    /// the ring is the window's.
+    /// `(kept_ms, keep_until)`: the ring spans `kept_ms` (at least the window) for the units
+    /// a window used before still counts, until `keep_until`. `None` when the ring is the
+    /// window's and nothing is retained.
     pub fn retention(&self) -> Option<(u64, Millis)> {
         self.keep_until()
             .map(|until| (self.ring_n() * self.resolution(), until))
@@ -414,7 +414,8 @@ impl SubWindow {
     /// The ring a call at `now` (not before `latest`) under `p` needs: `p`'s window, or
     /// longer for the units a window used before still counts. A pending retention keeps
     /// the whole ring; a window shorter than the stored one keeps that one, until it lets
-    /// go of the newest unit. Both together keep the longer, until the later.
+    /// go of the newest unit. Both together keep the longer, until the later. A retention
+    /// shorter than `p`'s window ends.
     fn plan(&self, now: Millis, p: &Params) -> Plan {
         let res = self.resolution();
         let pending = self.keep_until().map(|until| (self.ring_n() * res, until));
@@ -427,19 +428,21 @@ impl SubWindow {
             (Some((a, u)), Some((b, v))) => Some((a.max(b), u.max(v))),
             (one, other) => one.or(other),
         };
-        let n = p.subintervals();
+        // A retention as long as the window is kept while pending too, so that calls
+        // alternating between two windows keep one block instead of building a new one
+        // each time.
         match merged {
-            Some((kept_ms, until)) if now < until && kept_ms > p.window_ms => {
+            Some((kept_ms, until)) if now < until && kept_ms >= p.window_ms => {
                 let wanted = kept_ms.div_ceil(p.resolution_ms);
                 let ring = wanted.min(MAX_SUBINTERVALS);
                 Plan {
                     ring,
-                    keep_until: (ring > n).then_some(until),
+                    keep_until: Some(until),
                     squeezed: wanted > ring,
                 }
             }
             _ => Plan {
-                ring: n,
+                ring: p.subintervals(),
                 keep_until: None,
                 squeezed: false,
             },
@@ -814,9 +817,11 @@ mod tests {
         assert_eq!(w.retention(), Some((10_000, T0 + 10_999)));
         assert_eq!(w.heap_size(), 4 * (5 + 2 + 101));
         assert!(!call(&mut w, T0 + 2600, &long, 1).allowed);
-        // Back at 1 s resolution the ring is the window's again, and still holds the units.
+        // Back at 1 s resolution the ring is the window's again (the retention, as long, runs
+        // on), and still holds the units.
         assert!(call(&mut w, T0 + 2600, &p(10, 10_000, 1000), 1).allowed);
-        assert_eq!(w.retention(), None);
+        assert_eq!(w.retention(), Some((10_000, T0 + 10_999)));
+        assert_eq!(w.heap_size(), 4 * (5 + 2 + 11));
         assert_eq!(w.peek(T0 + 2600).remaining, 10 - 5);
     }
 
@@ -837,16 +842,27 @@ mod tests {
     }
 
     #[test]
-    fn a_longer_window_ends_the_retention() {
-        let long = p(3, 10_000, 1000);
-        let short = p(5, 1000, 1000);
+    fn alternating_windows_keep_one_block_and_a_longer_window_ends_it() {
+        let long = p(100, 10_000, 1000);
+        let short = p(100, 1000, 1000);
         let mut w = SubWindow::new(&long);
         call(&mut w, T0, &long, 1);
         call(&mut w, T0 + 2000, &short, 1);
-        assert!(w.retention().is_some());
-        assert!(call(&mut w, T0 + 3000, &p(5, 10_000, 1000), 1).allowed);
+        // Two services alternating: the block stays, changed in place.
+        let block = w.words.as_ptr();
+        for t in (3000..9000).step_by(1000) {
+            assert!(w.reshaped(T0 + t, &long).is_none(), "at +{t}");
+            assert!(call(&mut w, T0 + t, &long, 1).allowed);
+            assert!(w.reshaped(T0 + t + 500, &short).is_none(), "at +{t}");
+            assert!(call(&mut w, T0 + t + 500, &short, 1).allowed);
+        }
+        assert_eq!(w.words.as_ptr(), block);
+        // The latest shrink, at +8500, keeps the units of +8000 for 10 s.
+        assert_eq!(w.retention(), Some((10_000, T0 + 18_999)));
+        // A window longer than the ring ends the retention (15 units in it with this one).
+        assert!(call(&mut w, T0 + 9000, &p(20, 20_000, 1000), 1).allowed);
         assert_eq!(w.retention(), None);
-        assert_eq!(w.peek(T0 + 3000).remaining, 2);
+        assert_eq!(w.peek(T0 + 9000).remaining, 20 - 15);
     }
 
     #[test]

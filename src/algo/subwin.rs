@@ -420,9 +420,11 @@ impl SubWindow {
         let res = self.resolution();
         let pending = self.keep_until().map(|until| (self.ring_n() * res, until));
         let stored_ms = self.n() * res;
-        let shrink = match self.newest_counted() {
-            Some(j) if p.window_ms < stored_ms => Some((stored_ms, self.empty_from(j, self.n()))),
-            _ => None,
+        let shrink = if p.window_ms < stored_ms {
+            self.newest_counted()
+                .map(|j| (stored_ms, self.empty_from(j, self.n())))
+        } else {
+            None
         };
         let merged = match (pending, shrink) {
             (Some((a, u)), Some((b, v))) => Some((a.max(b), u.max(v))),

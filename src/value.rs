@@ -5,9 +5,25 @@
 //!   where the first delta is the absolute timestamp of the oldest record;
 //! - token bucket (kind 2) and leaky bucket (kind 3): `latest debt limit window_ms burst
 //!   max_delay_ms`, the debt in ticks of `1/limit` ms (see `algo::gcra`);
-//! - fixed window (kind 4): `latest end count limit window_ms align(0|1)`;
+//! - fixed window (kind 4): `latest end count limit window_ms align(0|1)`, `window_ms` being
+//!   the length of the open window (it started at `end - window_ms`): the `window_ms` it
+//!   opened with, or more once a longer window has joined it (see `algo::fixed`);
 //! - sub-interval window (kind 5): `latest limit window_ms resolution_ms count*`, the `n + 1`
 //!   counters of the sub-intervals `L-n ..= L` oldest first, `L` being that of `latest`.
+//!
+//! Encoding version 2 is for a state with a retention: a log or ring kept longer than its
+//! windows, for a window used before that still counts what they do not (see `algo::slide`
+//! and `algo::subwin`). It is version 1 with two more fields after the parameters:
+//! - sliding log (kind 1): `latest nwindows (limit window_ms)* keep_ms keep_until nrecords
+//!   (delta_ms units)*`: records within `keep_ms` (> 0) of a call are kept until
+//!   `keep_until` (absolute, possibly past);
+//! - sub-interval window (kind 5): `latest limit window_ms resolution_ms kept_ms keep_until
+//!   count*`: the ring spans `kept_ms` (a multiple of `resolution_ms`, at least `window_ms`:
+//!   a retention as long as the window runs on until `keep_until`), so
+//!   `kept_ms / resolution_ms + 1` counters follow.
+//!
+//! A state without a retention is always written as version 1, byte for byte as before
+//! version 2 existed; the other kinds have no version 2.
 //!
 //! In memory, a key's module value is a thin pointer: a `Box<Limiter>` for kinds 1 to 4, and
 //! for kind 5 the sub-interval window's own block of words, tagged with the pointer's low
@@ -28,8 +44,9 @@ use crate::algo::subwin::{self, SubWindow};
 use crate::algo::{Decision, Limit, Millis, Window};
 use crate::codec::{put_varint, Malformed, Reader};
 
-/// The encoding version written by this build. Older versions stay readable.
-pub const ENCODING_VERSION: u8 = 1;
+/// The newest encoding version this build writes (only for states that need it, see the
+/// module docs). Older versions stay readable.
+pub const ENCODING_VERSION: u8 = 2;
 
 /// Which algorithm a key holds; the command that creates it names it in errors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -201,11 +218,24 @@ impl Limiter {
 
     /// The canonical encoding of the current version.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = vec![ENCODING_VERSION, self.kind().tag()];
+        let retention = match self {
+            Limiter::Slide(log) => log.retention(),
+            Limiter::Subwin(w) => w.retention(),
+            _ => None,
+        };
+        let version = if retention.is_some() { 2 } else { 1 };
+        let mut out = vec![version, self.kind().tag()];
+        let put_retention = |out: &mut Vec<u8>| {
+            if let Some((kept_ms, until)) = retention {
+                put_varint(out, kept_ms);
+                put_varint(out, until);
+            }
+        };
         match self {
             Limiter::Slide(log) => {
                 put_varint(&mut out, log.latest());
                 put_windows(&mut out, log.windows());
+                put_retention(&mut out);
                 let records: Vec<(Millis, u64)> = log.records().collect();
                 put_varint(&mut out, records.len() as u64);
                 let mut prev = 0;
@@ -244,6 +274,7 @@ impl Limiter {
                 let p = w.params();
                 let fields = [w.latest(), p.limit, p.window_ms, p.resolution_ms];
                 fields.into_iter().for_each(|v| put_varint(&mut out, v));
+                put_retention(&mut out);
                 w.counts().for_each(|c| put_varint(&mut out, c));
             }
         }
@@ -254,13 +285,25 @@ impl Limiter {
     pub fn decode(bytes: &[u8]) -> Result<Limiter, Malformed> {
         let mut r = Reader::new(bytes);
         let version = r.byte()?;
-        if version != 1 {
+        if version != 1 && version != 2 {
             return Err(Malformed("unknown encoding version"));
         }
-        let limiter = match r.byte()? {
+        let kind = r.byte()?;
+        if version == 2 && kind != 1 && kind != 5 {
+            return Err(Malformed("no version 2 for this kind"));
+        }
+        // Version 2 is written only for a retention.
+        let get_retention = |r: &mut Reader| -> Result<Option<(u64, Millis)>, Malformed> {
+            match version {
+                2 => Ok(Some((r.varint()?, r.varint()?))),
+                _ => Ok(None),
+            }
+        };
+        let limiter = match kind {
             1 => {
                 let latest = r.varint()?;
                 let windows = get_windows(&mut r)?;
+                let retention = get_retention(&mut r)?;
                 let n = r.count(2)?;
                 let mut records = Vec::with_capacity(n);
                 let mut at: u64 = 0;
@@ -270,8 +313,13 @@ impl Limiter {
                         .ok_or(Malformed("time overflows"))?;
                     records.push((at, r.varint()?));
                 }
-                let log = SlidingLog::from_records(windows, latest, records)
+                let mut log = SlidingLog::from_records(windows, latest, records)
                     .map_err(|e| Malformed(e.0))?;
+                if let Some((keep_ms, until)) = retention {
+                    log = log
+                        .with_retention(keep_ms, until)
+                        .map_err(|e| Malformed(e.0))?;
+                }
                 Limiter::Slide(Box::new(log))
             }
             tag @ (2 | 3) => {
@@ -319,10 +367,16 @@ impl Limiter {
                 if !p.valid() {
                     return Err(Malformed("parameters out of range"));
                 }
-                // At most MAX_SUBINTERVALS + 1, as the parameters are valid.
-                let n = p.window_ms / p.resolution_ms + 1;
+                let retention = get_retention(&mut r)?;
+                let span = retention.map_or(p.window_ms, |(kept_ms, _)| kept_ms);
+                if span > p.resolution_ms.saturating_mul(subwin::MAX_SUBINTERVALS) {
+                    return Err(Malformed("retention out of range"));
+                }
+                // At most MAX_SUBINTERVALS + 1, as checked above.
+                let n = span / p.resolution_ms + 1;
                 let counts = (0..n).map(|_| r.varint()).collect::<Result<Vec<_>, _>>()?;
-                let w = SubWindow::from_parts(p, latest, &counts).map_err(|e| Malformed(e.0))?;
+                let w = SubWindow::from_parts(p, latest, retention, &counts)
+                    .map_err(|e| Malformed(e.0))?;
                 Limiter::Subwin(w)
             }
             _ => return Err(Malformed("unknown limiter kind")),
@@ -551,6 +605,77 @@ mod tests {
         assert!(Limiter::decode(&bad).is_err());
     }
 
+    /// Version 2, committed: RL.SLIDE 3 per 10 s at T, T+100, T+200 (T = 2100-01-01), then
+    /// 5 per 1 s at T+1250. The log keeps the records for the 10 s window until T+10200.
+    const SLIDE_V2: &[u8] = &[
+        2, 1, 226, 185, 143, 230, 178, 119, 1, 5, 232, 7, 144, 78, 216, 255, 143, 230, 178, 119, 4,
+        128, 176, 143, 230, 178, 119, 1, 100, 1, 100, 1, 154, 8, 1,
+    ];
+
+    /// Version 2, committed: RL.SUBWIN 3 per 10 s in sub-intervals of 1 s, 2 units at 0 and
+    /// 1 at 100, then 5 per 1 s at 2500. The ring keeps the 10 s until 10999.
+    const SUBWIN_V2: &[u8] = &[
+        2, 5, 196, 19, 5, 232, 7, 232, 7, 144, 78, 247, 85, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 1,
+    ];
+
+    #[test]
+    fn reads_the_committed_version_2_retentions() {
+        const T: Millis = 4_102_444_800_000;
+        let slide = Limiter::decode(SLIDE_V2).unwrap();
+        let Limiter::Slide(log) = &slide else {
+            panic!("not a sliding log: {slide:?}");
+        };
+        assert_eq!(log.retention(), Some((10_000, T + 10_200)));
+        assert_eq!(log.records().count(), 4);
+        assert_eq!(slide.empty_at(), Some(T + 10_200));
+        assert_eq!(slide.encode(), SLIDE_V2);
+        let long = [Window {
+            limit: 3,
+            window_ms: 10_000,
+        }];
+        let mut again = slide.clone();
+        let d = again.slide_mut().unwrap().acquire(T + 1300, &long, 1);
+        assert_eq!(d.as_reply(), [0, 3, 0, 8800, 9950]);
+
+        let subwin = Limiter::decode(SUBWIN_V2).unwrap();
+        let Limiter::Subwin(w) = &subwin else {
+            panic!("not a sub-interval window: {subwin:?}");
+        };
+        assert_eq!(w.retention(), Some((10_000, 10_999)));
+        assert_eq!(w.params().window_ms, 1000);
+        assert_eq!(subwin.empty_at(), Some(10_999));
+        assert_eq!(subwin.encode(), SUBWIN_V2);
+        assert_eq!(subwin.mem_usage(), 4 * (5 + 2 + 11));
+        let long = subwin::Params {
+            limit: 3,
+            window_ms: 10_000,
+            resolution_ms: 1000,
+        };
+        assert!(!w.evaluate(2600, &long, 1).allowed);
+    }
+
+    #[test]
+    fn version_2_is_only_for_a_retention() {
+        // Kinds without a retention have no version 2.
+        for v1 in [TOKEN_V1, LEAKY_V1, FIXED_V1] {
+            let mut bytes = v1.to_vec();
+            bytes[0] = 2;
+            assert!(Limiter::decode(&bytes).is_err(), "{bytes:?}");
+        }
+        // A log: keep_ms 0 (no retention) is version 1's to write.
+        let mut bytes = SLIDE_V2.to_vec();
+        bytes[12..14].copy_from_slice(&[0, 0]);
+        bytes.remove(13);
+        assert!(Limiter::decode(&bytes).is_err());
+        // A ring: kept_ms is at least the window, in whole sub-intervals, at most 4096.
+        for kept in [0u64, 10_500, 5_000_000] {
+            let mut bytes = SUBWIN_V2[..9].to_vec();
+            put_varint(&mut bytes, kept);
+            bytes.extend_from_slice(&SUBWIN_V2[11..]);
+            assert!(Limiter::decode(&bytes).is_err(), "kept {kept}");
+        }
+    }
+
     #[test]
     fn a_sub_interval_window_is_held_by_a_thin_pointer() {
         let p = subwin::Params {
@@ -603,6 +728,8 @@ mod tests {
             LEAKY_V1.to_vec(),
             FIXED_V1.to_vec(),
             SUBWIN_V1.to_vec(),
+            SLIDE_V2.to_vec(),
+            SUBWIN_V2.to_vec(),
         ]
     }
 
@@ -656,7 +783,7 @@ mod tests {
 
         #[test]
         fn fuzz_damaged_encodings_are_refused_or_sound(
-            seed in 0usize..5,
+            seed in 0usize..7,
             damages in prop::collection::vec(damage(), 1..6),
             times in prop::collection::vec(0u64..5_000, 1..4),
         ) {

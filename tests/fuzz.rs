@@ -79,6 +79,11 @@ fn limiters(c: &mut Connection, t: u64) -> Vec<&'static str> {
         "RL.LEAKY f:leaky 5 1000 MAXDELAY 2000",
         "RL.LEAKY f:leaky 5 1000 MAXDELAY 2000",
         "RL.FIXED f:fixed 10 60000 ALIGN COST 4",
+        // A shorter window after a longer one: retentions pending (encoding version 2).
+        "RL.SLIDE f:kept 3 10000 COST 2",
+        "RL.SLIDE f:kept 5 1000",
+        "RL.SUBWIN f:ring 3 10000 1000 COST 2",
+        "RL.SUBWIN f:ring 5 1000 100",
     ]
     .iter()
     .enumerate()
@@ -86,7 +91,9 @@ fn limiters(c: &mut Connection, t: u64) -> Vec<&'static str> {
         let line = format!("{line} NOW {}", t + 300 * i as u64);
         run(c, &line.split(' ').collect::<Vec<_>>()).expect("a limiter");
     }
-    vec!["f:slide", "f:subwin", "f:token", "f:leaky", "f:fixed"]
+    vec![
+        "f:slide", "f:subwin", "f:token", "f:leaky", "f:fixed", "f:kept", "f:ring",
+    ]
 }
 
 /// The key loaded as a sound limiter: it answers five fields in range, dumps and digests.

@@ -34,12 +34,32 @@ fn fill(c: &mut Connection, t: u64) {
     }
     rl(c, &format!("RL.REFUND sw COST 4 NOW {}", t + 1200));
     rl(c, &format!("RL.SUBWIN swx 3 500 1 COST 2 NOW {t}"));
+    // A shorter window after a longer one: retentions pending (encoding version 2), and a
+    // fixed window kept open for the longer window that joined it.
+    for i in 0..3 {
+        rl(c, &format!("RL.SLIDE ra 3 10000 NOW {}", t + i * 100));
+        rl(c, &format!("RL.SUBWIN rs 3 10000 1000 NOW {}", t + i * 100));
+    }
+    rl(c, &format!("RL.SLIDE ra 5 1000 NOW {}", t + 1250));
+    rl(c, &format!("RL.SUBWIN rs 5 1000 100 NOW {}", t + 2500));
+    rl(c, &format!("RL.FIXED rf 5 1000 NOW {t}"));
+    rl(c, &format!("RL.FIXED rf 3 10000 NOW {}", t + 100));
 }
+
+/// The longer window of each key filled with a retention, and what it has left: nothing
+/// (4 units in it) for the log and the ring, 1 (2 units) for the fixed window.
+const LONGER: [(&str, &str, i64); 3] = [
+    ("ra", "RL.SLIDE ra 3 10000", 0),
+    ("rs", "RL.SUBWIN rs 3 10000 1000", 0),
+    ("rf", "RL.FIXED rf 3 10000", 1),
+];
 
 /// Everything a client can see of the limiters filled by `fill`.
 fn snapshot(c: &mut Connection, t: u64) -> Vec<String> {
-    ["a", "b", "c", "tok", "leak", "fix", "fixa", "sw", "swx"]
+    let keys = ["a", "b", "c", "tok", "leak", "fix", "fixa", "sw", "swx"];
+    let mut all: Vec<String> = keys
         .iter()
+        .chain(LONGER.iter().map(|(k, _, _)| k))
         .map(|k| {
             format!(
                 "{k} {:?} {:?} {}",
@@ -48,7 +68,30 @@ fn snapshot(c: &mut Connection, t: u64) -> Vec<String> {
                 int(c, &["PEXPIRETIME", k])
             )
         })
-        .collect()
+        .collect();
+    for (k, longer, left) in LONGER {
+        let seen = rl(c, &format!("{longer} COST 0 NOW {}", t + 2600));
+        // Every unit still counts for the longer window.
+        assert_eq!(seen[2], left, "{k}: {seen:?}");
+        all.push(format!("{k} longer {seen:?}"));
+    }
+    all
+}
+
+/// The retentions of `ra{suffix}` and `rs{suffix}` still hold: another call with the
+/// shorter window leaves the longer one every unit (it changes the keys).
+fn still_retained(c: &mut Connection, t: u64, suffix: &str) {
+    for (command, key, short, longer) in [
+        ("RL.SLIDE", "ra", "5 1000", "3 10000"),
+        ("RL.SUBWIN", "rs", "5 1000 100", "3 10000 1000"),
+    ] {
+        let at = t + 3000;
+        let short = format!("{command} {key}{suffix} {short} NOW {at}");
+        assert_eq!(rl(c, &short)[0], 1, "{short}");
+        let longer = format!("{command} {key}{suffix} {longer} COST 0 NOW {at}");
+        let seen = rl(c, &longer);
+        assert_eq!(seen[2], 0, "{longer}: {seen:?}");
+    }
 }
 
 #[rstest]
@@ -61,6 +104,7 @@ fn debug_reload_keeps_everything(server: Server) {
     run(&mut c, &["DEBUG", "RELOAD"]).unwrap();
     assert_eq!(snapshot(&mut c, t), before);
     assert_eq!(dataset_digest(&mut c), dataset);
+    still_retained(&mut c, t, "");
 }
 
 #[rstest]
@@ -73,6 +117,7 @@ fn restart_from_rdb() {
     server.save_and_restart();
     let mut c = server.conn();
     assert_eq!(snapshot(&mut c, t), before);
+    still_retained(&mut c, t, "");
 }
 
 #[rstest]
@@ -119,6 +164,7 @@ fn restart_from_aof(#[case] rewrite: bool) {
         live
     );
     assert_eq!(dataset_digest(&mut c), dataset);
+    still_retained(&mut c, t, "");
 }
 
 #[rstest]
@@ -135,20 +181,30 @@ fn copy_and_dump_restore(server: Server) {
     );
     assert_ne!(digest(&mut c, "a2"), digest(&mut c, "a"));
 
-    let dump: Vec<u8> = redis::cmd("DUMP").arg("b").query(&mut c).unwrap();
-    let pttl = int(&mut c, &["PTTL", "b"]);
-    run(&mut c, &["DEL", "b2"]).unwrap();
-    let _: () = redis::cmd("RESTORE")
-        .arg("b2")
-        .arg(pttl)
-        .arg(&dump)
-        .query(&mut c)
-        .unwrap();
-    assert_eq!(digest(&mut c, "b2"), digest(&mut c, "b"));
-    assert_eq!(
-        rl(&mut c, &format!("RL.PEEK b2 NOW {t}")),
-        rl(&mut c, &format!("RL.PEEK b NOW {t}"))
-    );
+    for k in ["b", "ra", "rs", "rf"] {
+        let dump: Vec<u8> = redis::cmd("DUMP").arg(k).query(&mut c).unwrap();
+        let pttl = int(&mut c, &["PTTL", k]);
+        let copy = format!("{k}2");
+        run(&mut c, &["DEL", &copy]).unwrap();
+        let _: () = redis::cmd("RESTORE")
+            .arg(&copy)
+            .arg(pttl)
+            .arg(&dump)
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(digest(&mut c, &copy), digest(&mut c, k));
+        assert_eq!(
+            rl(&mut c, &format!("RL.PEEK {copy} NOW {t}")),
+            rl(&mut c, &format!("RL.PEEK {k} NOW {t}"))
+        );
+    }
+    // The retention came along: the longer window still counts every unit.
+    for (k, longer, left) in LONGER {
+        let copy = longer.replacen(k, &format!("{k}2"), 1);
+        let seen = rl(&mut c, &format!("{copy} COST 0 NOW {}", t + 2600));
+        assert_eq!(seen[2], left, "{copy}: {seen:?}");
+    }
+    still_retained(&mut c, t, "2");
 }
 
 #[rstest]

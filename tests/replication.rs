@@ -28,8 +28,12 @@ fn replica_follows_a_burst_of_mixed_calls() {
             0 => format!("RL.SLIDE {key} 5 2000 20 60000"),
             6 => format!("RL.TOKEN tok{key} 5 2000 BURST 3"),
             7 => format!("RL.LEAKY leak{key} 5 2000 MAXDELAY 3000 NOW {}", t + i),
-            8 => format!("RL.FIXED fix{key} 20 60000 COST 2 ALIGN"),
-            5 => format!("RL.SUBWIN sw{key} 10 2000 100"),
+            // Windows that change keep history for the longer one (retentions).
+            8 => format!(
+                "RL.FIXED fix{key} 20 {} COST 2 ALIGN",
+                [60000, 5000][i as usize % 2]
+            ),
+            5 => format!("RL.SUBWIN sw{key} 10 {} 100", [2000, 500][i as usize % 2]),
             1 => format!("RL.SLIDE {key} 5 2000 20 60000 COST 2 NOW {}", t + i),
             2 => format!("RL.SLIDE {key} 5 2000 20 60000 COST 0"),
             3 => format!("RL.SLIDE {key} 8 2000 NOW {}", t + i),

@@ -4,6 +4,13 @@
 //! the multiple of `window_ms` since the Unix epoch that contains that request. The window's
 //! end is part of the state, never derived from a TTL, so every call within one window
 //! reports the same absolute reset time, on the primary and on every replica alike.
+//!
+//! Units leave once no window the key was used with since they were counted can count them.
+//! A call with another `window_ms` counts the open window as it is, and when it is recorded
+//! the window ends no earlier than the call's own window would, started with the open one
+//! (with ALIGN: the call's period, when that holds the whole open window). So a shorter
+//! window never moves the end, and a longer one may move it later, never earlier. The state
+//! keeps the open window's length, from its start to its end, as its `window_ms`.
 
 use super::{Decision, Limit, Millis, Wait, MAX_TIMESTAMP};
 
@@ -83,6 +90,8 @@ impl FixedWindow {
         })
     }
 
+    /// The parameters the window last recorded under, except that `window_ms` is the length
+    /// of the open window: the `window_ms` it opened with, or more once a longer one joined.
     pub fn params(&self) -> Params {
         Params {
             limit: u64::from(self.limit),
@@ -94,6 +103,30 @@ impl FixedWindow {
     /// When the current window ends (0 before the first one).
     pub fn end(&self) -> Millis {
         self.end
+    }
+
+    /// When the open window started: its end less its length.
+    fn start(&self) -> Millis {
+        self.end.saturating_sub(u64::from(self.window_ms))
+    }
+
+    /// When the open window ends once a call under `p` at `now` is recorded in it: as it
+    /// is, or later when `p`'s window, started with it, would. Without ALIGN that window
+    /// starts where the open one did; with ALIGN it is `p`'s period holding `now`, which
+    /// counts the open window's units only if it holds the whole window.
+    fn end_with(&self, now: Millis, p: &Params) -> Millis {
+        let start = self.start();
+        let end = if p.align {
+            let period = now - now % p.window_ms;
+            if period <= start {
+                period + p.window_ms
+            } else {
+                0
+            }
+        } else {
+            start + p.window_ms
+        };
+        self.end.max(end)
     }
 
     /// Units counted in the window open at `now` (0 once it has ended).
@@ -128,13 +161,14 @@ impl Limit for FixedWindow {
         let now = now.max(self.latest);
         let open = now < self.end;
         let count = self.count_at(now);
-        // A request that finds no open window would open one ending here.
-        let end = if open {
-            self.end
-        } else {
-            p.end_of_window_at(now)
-        };
         let allowed = count.saturating_add(cost) <= p.limit;
+        // A request that finds no open window would open one ending here; one that is
+        // recorded in the open window may make it end later.
+        let end = match open {
+            true if allowed && cost > 0 => self.end_with(now, p),
+            true => self.end,
+            false => p.end_of_window_at(now),
+        };
         let after = if allowed { count + cost } else { count };
         let retry_after = if allowed {
             Wait::None
@@ -163,17 +197,21 @@ impl Limit for FixedWindow {
         let Ok(count) = u32::try_from(count) else {
             return false;
         };
-        // An open window keeps its end, whatever the new parameters: the reset announced
-        // for this window never moves. New parameters shape the next window.
-        let end = if open {
-            self.end
+        // An open window keeps its end, unless `p`'s window would still count its units
+        // later (see `end_with`): the reset announced never comes earlier. New parameters
+        // shape the next window.
+        let (end, length) = if open {
+            let end = self.end_with(now, p);
+            (end, end - self.start())
         } else {
-            p.end_of_window_at(now)
+            (p.end_of_window_at(now), p.window_ms)
         };
         *self = FixedWindow {
             latest: now,
             end,
             count,
+            // At most the longer of the open window's and p's: it fits.
+            window_ms: length as u32,
             ..FixedWindow::new(p)
         };
         true
@@ -247,10 +285,83 @@ mod tests {
             resets.insert(T0 + t + d.reset_after_ms);
         }
         assert_eq!(resets.len(), 1, "{resets:?}");
-        // Changing the window length does not move the current window's end either.
+        // A shorter window does not move the current window's end. A longer one moves it
+        // to where that window, started with this one, ends: later, never earlier.
+        let shorter = p(100, 1000, false);
+        let d = w.acquire(T0 + 59_850, &shorter, 1);
+        assert_eq!(T0 + 59_850 + d.reset_after_ms, T0 + 60_000);
         let longer = p(100, 120_000, false);
         let d = w.acquire(T0 + 59_900, &longer, 1);
-        assert_eq!(T0 + 59_900 + d.reset_after_ms, T0 + 60_000);
+        assert_eq!(T0 + 59_900 + d.reset_after_ms, T0 + 120_000);
+        assert_eq!((w.end(), w.params().window_ms), (T0 + 120_000, 120_000));
+    }
+
+    /// The scenario: three calls fill 3 per 10 s; a call with 5 per 1 s does not
+    /// end their window.
+    #[test]
+    fn a_shorter_window_keeps_the_longer_windows_units() {
+        let (long, short) = (p(3, 10_000, false), p(5, 1000, false));
+        let mut w = FixedWindow::new(&long);
+        for t in [0, 100, 200] {
+            assert!(w.acquire(T0 + t, &long, 1).allowed);
+        }
+        assert_eq!(
+            w.acquire(T0 + 1250, &short, 1).as_reply(),
+            [1, 5, 1, 0, 8750]
+        );
+        assert_eq!(
+            w.acquire(T0 + 1300, &long, 1).as_reply(),
+            [0, 3, 0, 8700, 8700]
+        );
+    }
+
+    /// The same, the other way round: the 1 s window opens, and the 3 per 10 s calls it
+    /// counts must count for their own 10 s, not for the second that opened it.
+    #[test]
+    fn a_longer_window_joining_keeps_its_units_for_its_own_length() {
+        let (long, short) = (p(3, 10_000, false), p(5, 1000, false));
+        run_rows(
+            FixedWindow::new(&short),
+            &[
+                (0, short, [1, 5, 4, 0, 1000]),
+                (100, long, [1, 3, 1, 0, 9900]),
+                (200, long, [1, 3, 0, 0, 9800]),
+                (300, long, [0, 3, 0, 9700, 9700]),
+                // Before: the window ended at +1000 and 3 more were allowed.
+                (1000, long, [0, 3, 0, 9000, 9000]),
+                (1500, long, [0, 3, 0, 8500, 8500]),
+                // The 1 s calls count in the open window, which keeps its end.
+                (1500, short, [1, 5, 1, 0, 8500]),
+                (10_000, long, [1, 3, 2, 0, 10_000]),
+            ],
+        );
+        // Aligned: the 10 s period holds the 1 s window opened at +3000, and its units.
+        let (long, short) = (p(3, 10_000, true), p(5, 1000, true));
+        run_rows(
+            FixedWindow::new(&short),
+            &[
+                (3000, short, [1, 5, 4, 0, 1000]),
+                (3100, long, [1, 3, 1, 0, 6900]),
+                (3200, long, [1, 3, 0, 0, 6800]),
+                (4000, long, [0, 3, 0, 6000, 6000]),
+                (10_000, long, [1, 3, 2, 0, 10_000]),
+            ],
+        );
+        // A period that does not hold the whole window leaves its end where it was (its
+        // units cannot be told apart from the earlier ones).
+        let (hour, day) = (p(100, 3_600_000, false), p(100, 86_400_000, true));
+        let mut w = FixedWindow::new(&hour);
+        let day0 = T0 - T0 % 86_400_000 + 86_400_000;
+        w.acquire(day0 - 1_800_000, &hour, 1);
+        assert_eq!(w.acquire(day0 + 600_000, &day, 1).reset_after_ms, 1_200_000);
+    }
+
+    /// Rows of `(t, params, reply)`: each call may have its own parameters.
+    fn run_rows(mut w: FixedWindow, rows: &[(u64, Params, [i64; 5])]) {
+        for (i, (t, params, want)) in rows.iter().enumerate() {
+            let got = w.acquire(T0 + t, params, 1).as_reply();
+            assert_eq!(&got, want, "row {i} at +{t}ms");
+        }
     }
 
     #[test]
@@ -272,50 +383,75 @@ mod tests {
         assert_eq!(std::mem::size_of::<FixedWindow>(), 32);
     }
 
-    /// The obviously-correct model: every allowed request kept with the window it fell in,
-    /// windows numbered by their start.
+    /// The obviously-correct model: the start of the open window and every call recorded in
+    /// it. The window lasts as long as the longest of those calls' windows, each started
+    /// with it (with ALIGN: the call's period, when that holds the whole window).
     #[derive(Default)]
     struct Naive {
-        start: Option<Millis>,
+        start: Millis,
+        calls: Vec<(Millis, Params)>,
         count: u64,
         latest: Millis,
     }
 
     impl Naive {
+        /// Where the window of a call at `at` under `p`, started with the open one, ends.
+        fn end_of(&self, at: Millis, p: &Params) -> Option<Millis> {
+            let from = if p.align {
+                at / p.window_ms * p.window_ms
+            } else {
+                self.start
+            };
+            (from <= self.start).then_some(from + p.window_ms)
+        }
+
+        fn end(&self) -> Option<Millis> {
+            self.calls
+                .iter()
+                .filter_map(|(at, p)| self.end_of(*at, p))
+                .max()
+        }
+
         fn acquire(&mut self, now: Millis, p: &Params, cost: u64) -> (bool, u64, Wait, u64) {
             let now = now.max(self.latest);
-            let (start, count) = match self.start {
-                Some(s) if now < s + p.window_ms => (s, self.count),
-                _ if p.align => (now / p.window_ms * p.window_ms, 0),
-                _ => (now, 0),
-            };
-            let end = start + p.window_ms;
-            if count + cost <= p.limit {
-                if cost > 0 {
+            let open = self.end().is_some_and(|end| now < end);
+            let count = if open { self.count } else { 0 };
+            let allowed = count + cost <= p.limit;
+            if allowed && cost > 0 {
+                if !open {
+                    let start = if p.align {
+                        now / p.window_ms * p.window_ms
+                    } else {
+                        now
+                    };
                     *self = Naive {
-                        start: Some(start),
-                        count: count + cost,
-                        latest: now,
+                        start,
+                        ..Naive::default()
                     };
                 }
-                let after = count + cost;
-                return (
-                    true,
-                    p.limit - after,
-                    Wait::None,
-                    if after > 0 { end - now } else { 0 },
-                );
+                self.calls.push((now, *p));
+                self.count += cost;
+                self.latest = now;
             }
-            let wait = if cost > p.limit {
+            // Where the window ends after this call: a request finding none would open one.
+            let end = match self.end() {
+                Some(end) if now < end => end,
+                _ if p.align => now / p.window_ms * p.window_ms + p.window_ms,
+                _ => now + p.window_ms,
+            };
+            let after = if allowed { count + cost } else { count };
+            let wait = if allowed {
+                Wait::None
+            } else if cost > p.limit {
                 Wait::Never
             } else {
                 Wait::Ms(end - now)
             };
             (
-                false,
-                p.limit - count,
+                allowed,
+                p.limit - after.min(p.limit),
                 wait,
-                if count > 0 { end - now } else { 0 },
+                if after > 0 { end - now } else { 0 },
             )
         }
     }
@@ -338,6 +474,28 @@ mod tests {
                 let d = w.acquire(at, &params, cost);
                 let (allowed, remaining, wait, reset) = naive.acquire(at, &params, cost);
                 prop_assert_eq!((d.allowed, d.remaining, d.retry_after, d.reset_after_ms), (allowed, remaining, wait, reset));
+            }
+        }
+
+        /// Parameters that change from call to call, with and without ALIGN.
+        #[test]
+        fn changing_windows_match_the_naive_model(
+            pool in prop::collection::vec((1u64..8, 1u64..500, any::<bool>()), 2..4),
+            steps in prop::collection::vec(
+                (0usize..4, 0u64..300, 0u64..4, prop::bool::weighted(0.1)), 1..150),
+        ) {
+            let pool: Vec<Params> = pool.iter().map(|&(l, ms, a)| p(l, ms, a)).collect();
+            let mut w = FixedWindow::new(&pool[0]);
+            let mut naive = Naive::default();
+            let mut now = T0;
+            for (pick, gap, cost, back) in steps {
+                let params = &pool[pick % pool.len()];
+                let at = if back { now.saturating_sub(gap) } else { now + gap };
+                now = now.max(at);
+                let d = w.acquire(at, params, cost);
+                let (allowed, remaining, wait, reset) = naive.acquire(at, params, cost);
+                prop_assert_eq!((d.allowed, d.remaining, d.retry_after, d.reset_after_ms), (allowed, remaining, wait, reset));
+                prop_assert_eq!(w.empty_at(), naive.end().filter(|&e| naive.count > 0 && e > naive.latest));
             }
         }
     }

@@ -467,6 +467,33 @@ mod tests {
         );
     }
 
+    /// The scenario: three calls fill 3 per 10 s; a call with 5 per 1 s takes the
+    /// units owed along, re-timed at its rate, so the 10 s bucket still finds them.
+    #[test]
+    fn a_new_window_keeps_the_units_owed() {
+        let (long, short) = (token(3, 10_000, 3), token(5, 1000, 5));
+        let mut g = Gcra::new(&long);
+        for t in [0, 100, 200] {
+            assert!(g.acquire(T0 + t, &long, 1).allowed);
+        }
+        // 2.625 units owed at +1250, repaid at 5 per second: 1.375 of 5 free.
+        assert_eq!(
+            g.acquire(T0 + 1250, &short, 1).as_reply(),
+            [1, 5, 1, 0, 725]
+        );
+        // 3.375 units owed at +1300, repaid at one per 3.33 s again: 1.375 must go first.
+        assert_eq!(
+            g.acquire(T0 + 1300, &long, 1).as_reply(),
+            [0, 3, 0, 4584, 11_250]
+        );
+        assert!(!g.acquire(T0 + 1500, &long, 1).allowed);
+        // At one instant, back and forth: nothing owed is ever dropped.
+        let mut h = Gcra::new(&long);
+        h.acquire(T0, &long, 3);
+        assert_eq!(h.acquire(T0, &short, 1).as_reply()[..3], [1, 5, 1]);
+        assert_eq!(h.acquire(T0, &long, 1).as_reply()[..4], [0, 3, 0, 6667]);
+    }
+
     #[test]
     fn from_parts_checks_ranges() {
         let p = token(10, 1000, 10);
@@ -514,6 +541,32 @@ mod tests {
                 prop_assert_eq!(d.allowed, allowed);
                 prop_assert_eq!(d.remaining, remaining);
                 prop_assert_eq!(d.retry_after, wait);
+            }
+        }
+
+        /// Whatever the parameters, a recorded call carries every unit owed: the debt, in
+        /// units (ticks / window), is what was owed less what the elapsed time repaid at the
+        /// stored rate, plus the cost, rounded up by less than one tick of the new rate.
+        #[test]
+        fn changes_carry_every_unit_owed(
+            params in prop::collection::vec(arb_params(), 1..12),
+            steps in prop::collection::vec((0u64..300, 0u64..4), 1..12),
+        ) {
+            let mut g = Gcra::new(&params[0]);
+            let mut now = T0;
+            for (i, (gap, cost)) in steps.into_iter().enumerate() {
+                let p = params[i % params.len()];
+                let old = g.params();
+                let before = u128::from(g.debt());
+                now += gap;
+                let repaid = u128::from(gap) * u128::from(old.limit);
+                prop_assert!(g.record(now, &p, cost));
+                // In units of 1 / (old window x new window) ticks: owed x old window x new window.
+                let (w_old, w_new) = (u128::from(old.window_ms), u128::from(p.window_ms));
+                let owed = before.saturating_sub(repaid) * w_new + u128::from(cost) * w_new * w_old;
+                let got = u128::from(g.debt()) * w_old;
+                prop_assert!(got >= owed, "{} < {}", got, owed);
+                prop_assert!(got < owed + w_old, "{} >= {} + {}", got, owed, w_old);
             }
         }
 

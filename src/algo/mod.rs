@@ -112,9 +112,9 @@ pub trait Limit {
     /// The latest time seen; an earlier call counts as happening then.
     fn latest(&self) -> Millis;
 
-    /// A limiter reshaped for `p` when the stored one cannot take `p` as it is (the
-    /// caller then stores the new one); `None` when `p` fits the stored state.
-    fn reshaped(&self, _p: &Self::Params) -> Option<Self>
+    /// A limiter reshaped for a call at `now` under `p` when the stored one cannot take it as
+    /// it is (the caller then stores the new one); `None` when the call fits the stored state.
+    fn reshaped(&self, _now: Millis, _p: &Self::Params) -> Option<Self>
     where
         Self: Sized,
     {

@@ -7,10 +7,18 @@
 //! searches, so a call costs O(log n) whatever the number of windows, plus the amortised
 //! pruning of what has left the longest window.
 //!
+//! Records leave the log once no window the key was used with since they were made can count
+//! them. A call records under its own windows and trims what has left the longest of them,
+//! except when it shrinks the windows the log was kept for: the older, longer windows may
+//! still count records the new ones do not, so the log keeps a *retention*, "records within
+//! `keep_ms` of now may be counted until `keep_until`", and trims less until then. Decisions
+//! count only the call's own windows: what is kept for others never changes one.
+//!
 //! Invariants (checked by [`SlidingLog::from_records`], kept by every method):
 //! - records are in strictly increasing time order, each with at least 1 unit;
 //! - all records span less than [`MAX_WINDOW_MS`], and all units together fit in a `u32`;
-//! - `latest` is at least the newest record's time.
+//! - `latest` is at least the newest record's time;
+//! - `keep_ms` is 0 (no retention) or at most [`MAX_WINDOW_MS`].
 
 use std::collections::VecDeque;
 
@@ -34,11 +42,15 @@ struct Entry {
 /// A sliding log with the windows it last recorded under.
 #[derive(Clone, Debug)]
 pub struct SlidingLog {
-    windows: Vec<Window>,
+    windows: Box<[Window]>,
     latest: Millis,
     base: Millis,
     /// The running total just before the first entry.
     before_front: u32,
+    /// Retention: records within `keep_ms` of the time of a call may still be counted by a
+    /// window used before the current ones, until `keep_until`. 0 for none.
+    keep_ms: u32,
+    keep_until: Millis,
     entries: VecDeque<Entry>,
 }
 
@@ -50,12 +62,34 @@ impl SlidingLog {
     /// An empty log that will report with `windows` until it records under others.
     pub fn new(windows: &[Window]) -> Self {
         SlidingLog {
-            windows: windows.to_vec(),
+            windows: windows.into(),
             latest: 0,
             base: 0,
             before_front: 0,
+            keep_ms: 0,
+            keep_until: 0,
             entries: VecDeque::new(),
         }
+    }
+
+    /// The same log with a retention (see [`SlidingLog::retention`]), as persisted.
+    pub fn with_retention(mut self, keep_ms: u64, keep_until: Millis) -> Result<Self, Corrupt> {
+        if keep_ms == 0 || keep_ms > MAX_WINDOW_MS {
+            return Err(Corrupt("retention out of range"));
+        }
+        if keep_until > MAX_TIMESTAMP + MAX_WINDOW_MS {
+            return Err(Corrupt("time out of range"));
+        }
+        self.keep_ms = keep_ms as u32; // <= MAX_WINDOW_MS < 2^32
+        self.keep_until = keep_until;
+        Ok(self)
+    }
+
+    /// `(keep_ms, keep_until)`: records within `keep_ms` of a call are kept until
+    /// `keep_until`, for windows used before the current ones. `None` when the log keeps only
+    /// what its current windows count.
+    pub fn retention(&self) -> Option<(u64, Millis)> {
+        (self.keep_ms > 0).then_some((u64::from(self.keep_ms), self.keep_until))
     }
 
     /// Rebuilds a log from its persisted parts, checking every invariant so that a damaged
@@ -127,7 +161,7 @@ impl SlidingLog {
 
     /// Bytes held on the heap, for `MEMORY USAGE`.
     pub fn heap_size(&self) -> usize {
-        self.windows.capacity() * std::mem::size_of::<Window>()
+        std::mem::size_of_val(&*self.windows)
             + self.entries.capacity() * std::mem::size_of::<Entry>()
     }
 
@@ -208,6 +242,26 @@ impl SlidingLog {
         }
     }
 
+    /// The retention after a call at `now` under `windows`: the one pending, merged with
+    /// what the call's own shrink leaves. A call whose longest window is shorter than the
+    /// longest it was recorded under leaves that window records to count, until the newest
+    /// has left it. Two retentions merge into one that keeps at least what each keeps.
+    /// `None` once a retention is over, or when it keeps no more than the call's own windows
+    /// (the call is then the one a later shrink keeps records for).
+    fn retention_after(&self, now: Millis, windows: &[Window]) -> Option<(u64, Millis)> {
+        let own = longest(windows);
+        let stored = longest(&self.windows);
+        let shrink = match self.entries.back() {
+            Some(newest) if own < stored => Some((stored, self.ts(newest) + stored)),
+            _ => None,
+        };
+        let merged = match (self.retention(), shrink) {
+            (Some((a, u)), Some((b, v))) => Some((a.max(b), u.max(v))),
+            (one, other) => one.or(other),
+        };
+        merged.filter(|&(ms, until)| now < until && ms > own)
+    }
+
     /// Moves `base` up to the oldest entry so that offsets fit in 32 bits again. Happens at
     /// most once every `u32::MAX - MAX_WINDOW_MS` ms (about 18 days) of a key's life.
     fn rebase(&mut self) {
@@ -228,9 +282,15 @@ impl Limit for SlidingLog {
 
     /// When the log will be empty if nothing else arrives: the newest record leaves the longest
     /// window of the current parameters. `None` when nothing is recorded.
+    ///
+    /// A retention keeps the key too, while a record it keeps could still be counted.
     fn empty_at(&self) -> Option<Millis> {
-        let newest = self.entries.back()?;
-        Some(self.base + u64::from(newest.at) + longest(&self.windows))
+        let newest = self.ts(self.entries.back()?);
+        let own = newest + longest(&self.windows);
+        let kept = self
+            .retention()
+            .map_or(0, |(ms, until)| until.min(newest + ms));
+        Some(own.max(kept))
     }
 
     /// The answer to `cost` units at `now` under `windows`, without recording anything.
@@ -290,13 +350,24 @@ impl Limit for SlidingLog {
         if windows.is_empty() || now > MAX_TIMESTAMP || !windows.iter().all(valid_window) {
             return false;
         }
-        let (first_kept, kept_units) = self.used(now, longest(windows));
+        // What leaves the log: what no window still counts (see `retention_after`).
+        let mut retention = self.retention_after(now, windows);
+        let keep = retention.map_or(0, |(ms, _)| ms).max(longest(windows));
+        let (mut first_kept, mut kept_units) = self.used(now, keep);
+        if retention.is_some() && kept_units.saturating_add(cost) > MAX_LIMIT {
+            // The running totals hold 2^32 - 1 units at most: past that, the log keeps
+            // only what the call's own windows count.
+            retention = None;
+            (first_kept, kept_units) = self.used(now, longest(windows));
+        }
         if kept_units.saturating_add(cost) > MAX_LIMIT {
             return false;
         }
-        if self.windows != windows {
-            self.windows = windows.to_vec();
+        if *self.windows != *windows {
+            self.windows = windows.into();
         }
+        // Retentions are at most MAX_WINDOW_MS long, so the cast cannot truncate.
+        (self.keep_ms, self.keep_until) = retention.map_or((0, 0), |(ms, t)| (ms as u32, t));
         self.latest = now;
         if cost == 0 {
             return true;
@@ -367,6 +438,11 @@ mod tests {
 
     fn w(limit: u64, window_ms: u64) -> Window {
         Window { limit, window_ms }
+    }
+
+    #[test]
+    fn the_log_stays_small() {
+        assert!(std::mem::size_of::<SlidingLog>() <= 80);
     }
 
     /// The obviously-correct model: every allowed request in a list, sums by scanning, and the
@@ -535,6 +611,90 @@ mod tests {
         assert_eq!(log.empty_at(), Some(T0 + 4900 + 1000));
     }
 
+    /// The issue's scenario: three calls fill 3 per 10 s; one call with 5 per 1 s, more than
+    /// a second later, must not make the 10 s window forget them.
+    #[test]
+    fn a_shorter_window_keeps_what_the_longer_one_counts() {
+        let long = [w(3, 10_000)];
+        let short = [w(5, 1000)];
+        let mut log = SlidingLog::new(&long);
+        for t in [0, 100, 200] {
+            assert!(log.acquire(T0 + t, &long, 1).allowed);
+        }
+        // The short window counts only its own second.
+        assert_eq!(
+            log.acquire(T0 + 1250, &short, 1).as_reply(),
+            [1, 5, 4, 0, 1000]
+        );
+        assert_eq!(log.retention(), Some((10_000, T0 + 10_200)));
+        // The key lives until the 10 s window has let go of the record at +200.
+        assert_eq!(log.empty_at(), Some(T0 + 10_200));
+        // 3 per 10 s still counts all four: refused until the record at +100 leaves.
+        assert_eq!(
+            log.acquire(T0 + 1300, &long, 1).as_reply(),
+            [0, 3, 0, 8800, 9950]
+        );
+        assert_eq!(
+            log.acquire(T0 + 1500, &long, 1).as_reply(),
+            [0, 3, 0, 8600, 9750]
+        );
+    }
+
+    #[test]
+    fn the_retention_ends_once_the_longer_window_has_passed() {
+        let long = [w(3, 10_000)];
+        let short = [w(5, 1000)];
+        let mut log = SlidingLog::new(&long);
+        for t in [0, 100, 200] {
+            log.acquire(T0 + t, &long, 1);
+        }
+        let mut t = 1000;
+        while t < 10_200 {
+            assert!(log.acquire(T0 + t, &short, 1).allowed);
+            assert!(log.records().any(|r| r == (T0 + 200, 1)), "at +{t}");
+            t += 400;
+        }
+        // At +10200 the record at +200 has left the 10 s window: the short window alone
+        // decides what stays, and the retention is over.
+        assert!(log.acquire(T0 + 10_200, &short, 1).allowed);
+        assert_eq!(log.retention(), None);
+        assert!(log.records().all(|(at, _)| at > T0 + 10_200 - 1000));
+        assert_eq!(log.empty_at(), Some(T0 + 10_200 + 1000));
+    }
+
+    #[test]
+    fn shrinking_twice_keeps_the_longest_and_a_longer_window_ends_it() {
+        let long = [w(3, 10_000)];
+        let mid = [w(100, 5000), w(4, 200)];
+        let short = [w(5, 1000)];
+        let mut log = SlidingLog::new(&long);
+        log.acquire(T0, &long, 3);
+        assert!(log.acquire(T0 + 2000, &mid, 1).allowed);
+        assert!(log.acquire(T0 + 6000, &short, 1).allowed);
+        // The second shrink keeps the first one's length, until the later of the two ends.
+        assert_eq!(log.retention(), Some((10_000, T0 + 10_000)));
+        assert_eq!(log.acquire(T0 + 6001, &long, 1).as_reply()[..2], [0, 3]);
+        assert!(log.acquire(T0 + 6001, &mid, 1).allowed);
+        // A call as long as the retention is recorded: nothing more to keep.
+        let longer = [w(10, 10_000)];
+        assert!(log.acquire(T0 + 6002, &longer, 1).allowed);
+        assert_eq!(log.retention(), None);
+        assert_eq!(log.empty_at(), Some(T0 + 6002 + 10_000));
+    }
+
+    #[test]
+    fn a_retention_never_overflows_the_running_totals() {
+        let long = [w(MAX_LIMIT, 10_000)];
+        let short = [w(5, 1000)];
+        let mut log = SlidingLog::new(&long);
+        assert!(log.acquire(T0, &long, MAX_LIMIT).allowed);
+        // Keeping the 2^32 - 1 units and one more does not fit in 32 bits: the short window's
+        // record goes in anyway, and the log keeps what that window counts.
+        assert!(log.acquire(T0 + 2000, &short, 1).allowed);
+        assert_eq!(log.records().collect::<Vec<_>>(), vec![(T0 + 2000, 1)]);
+        assert_eq!(log.retention(), None);
+    }
+
     #[test]
     fn offsets_rebase_over_a_long_life() {
         // Two records always stay in the window, so the log is never empty and its 32-bit
@@ -587,6 +747,34 @@ mod tests {
         }
     }
 
+    /// The rule, naively: each record remembers the longest window of the calls recorded
+    /// since it was made (its own included), and leaves at a recorded call once that window
+    /// no longer holds it. The log may keep more (a retention keeps the longest of several),
+    /// never less.
+    #[derive(Default)]
+    struct Rule {
+        records: Vec<(Millis, u64, u64)>,
+    }
+
+    impl Rule {
+        fn record(&mut self, now: Millis, windows: &[Window], cost: u64) {
+            let own = longest(windows);
+            for r in &mut self.records {
+                r.2 = r.2.max(own);
+            }
+            self.records.retain(|&(t, _, m)| t + m > now);
+            self.records.push((now, cost, own));
+        }
+
+        fn used(&self, now: Millis, window: u64) -> u64 {
+            self.records
+                .iter()
+                .filter(|(t, _, _)| now < window || *t > now - window)
+                .map(|(_, c, _)| c)
+                .sum()
+        }
+    }
+
     fn arb_windows() -> impl Strategy<Value = Vec<Window>> {
         prop::collection::vec((1u64..12, 1u64..400).prop_map(|(l, ms)| w(l, ms)), 1..4)
     }
@@ -617,6 +805,55 @@ mod tests {
                 let total: u64 = log.records().map(|r| r.1).sum();
                 let naive_kept = naive.used(log.latest(), longest(&windows));
                 prop_assert!(total >= naive_kept);
+            }
+        }
+
+        /// Windows that change from call to call: each window counts at least what the rule
+        /// keeps and at most everything ever recorded, so the log allows whatever keeping
+        /// everything would, and nothing the rule refuses. Once one set of windows has been
+        /// used alone for longer than any window, the log holds only what it counts.
+        #[test]
+        fn changing_windows_keep_what_the_rule_keeps(
+            pool in prop::collection::vec(arb_windows(), 2..4),
+            steps in prop::collection::vec(
+                (0usize..4, 0u64..60, 0u64..4, prop::bool::weighted(0.1)), 1..250),
+        ) {
+            let mut log = SlidingLog::new(&pool[0]);
+            let mut rule = Rule::default();
+            let mut all = Naive::default();
+            let mut now = T0;
+            let mut run: Option<(usize, Millis)> = None;
+            for (pick, gap, cost, back_in_time) in steps {
+                let i = pick % pool.len();
+                let windows = &pool[i];
+                let at = if back_in_time { now.saturating_sub(gap) } else { now + gap };
+                now = now.max(at);
+                let t = log.latest().max(at);
+                let (mut rule_fits, mut all_fits) = (true, true);
+                for x in windows.iter() {
+                    let real = log.used(t, x.window_ms).1;
+                    prop_assert!(rule.used(t, x.window_ms) <= real);
+                    prop_assert!(real <= all.used(t, x.window_ms));
+                    rule_fits &= rule.used(t, x.window_ms) + cost <= x.limit;
+                    all_fits &= all.used(t, x.window_ms) + cost <= x.limit;
+                }
+                let d = log.acquire(at, windows, cost);
+                prop_assert!(!all_fits || d.allowed, "keeping everything would allow it");
+                prop_assert!(!d.allowed || rule_fits, "the rule refuses it");
+                if d.allowed && cost > 0 {
+                    rule.record(t, windows, cost);
+                    all.records.push((t, cost));
+                    run = match run {
+                        Some((j, since)) if j == i => Some((j, since)),
+                        _ => Some((i, t)),
+                    };
+                    let widest = pool.iter().map(|ws| longest(ws)).max().unwrap();
+                    if let Some((_, since)) = run.filter(|&(_, since)| t >= since + widest) {
+                        prop_assert_eq!(log.retention(), None, "used alone since {}", since);
+                        let own = longest(windows);
+                        prop_assert!(log.records().all(|(r, _)| r + own > t));
+                    }
+                }
             }
         }
 

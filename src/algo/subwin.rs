@@ -19,6 +19,14 @@
 //! so a key costs the same whatever its limit; the key holds a thin pointer to it. The header
 //! keeps the total of the counters, so a call costs O(1) plus the sub-intervals it has to
 //! clear or, when refused, scan for the wait.
+//!
+//! Units leave once no window the key was used with since they were counted can count them.
+//! A call with a shorter window than the one stored leaves that window units to count: the
+//! ring then keeps its length (a *retention*, two more header words: the call's window and
+//! `keep_until`) while the call counts only its own window, and shrinks at the first call
+//! once the longer window has let go of the units it counted (`keep_until`). A new
+//! resolution moves the units as before, into a ring long enough for what is retained (at
+//! most [`MAX_SUBINTERVALS`] sub-intervals; older units then wait in the oldest one).
 
 use super::{Decision, Limit, Millis, Wait, MAX_TIMESTAMP};
 
@@ -54,20 +62,35 @@ impl Params {
     }
 }
 
-// The header words, then `n + 1` counters: slot `i % (n + 1)` counts sub-interval `i`. The
-// ring always describes sub-intervals `L-n ..= L`, where `L` is the latest one seen.
-// Timestamps fit in 48 bits, so the first word holds `n` and the top of `latest`.
-const N_AND_LATEST_HIGH: usize = 0;
+// The header words, then `r + 1` counters: slot `i % (r + 1)` counts sub-interval `i`. The
+// ring always describes sub-intervals `L-r ..= L`, where `L` is the latest one seen; `r` is
+// the window's `n`, or more while a retention is pending. Timestamps fit in 48 bits, so the
+// first word holds `r`, the retention flag and the top of `latest`.
+const RING_AND_LATEST_HIGH: usize = 0;
 const LIMIT: usize = 1;
 const RESOLUTION: usize = 2;
 const LATEST_LOW: usize = 3;
 const TOTAL: usize = 4;
-/// Header words before the counters.
+/// Header words before the counters, without a retention.
 pub const HEADER_WORDS: usize = 5;
+/// With a retention, two more: the window's `n` and the top of `keep_until`, then the rest
+/// of `keep_until`.
+const WINDOW_AND_UNTIL_HIGH: usize = 5;
+const UNTIL_LOW: usize = 6;
+const RETENTION_WORDS: usize = 2;
+/// The bits of the first word holding `r` (at most [`MAX_SUBINTERVALS`]).
+const RING_MASK: u32 = 0x1fff;
+/// The bit of the first word saying that a retention is pending.
+const RETAINED: u32 = 0x8000;
 
 /// The words a state takes, from its first word.
 pub fn block_len(first_word: u32) -> usize {
-    HEADER_WORDS + (first_word & 0xffff) as usize + 1
+    let retention = if first_word & RETAINED != 0 {
+        RETENTION_WORDS
+    } else {
+        0
+    };
+    HEADER_WORDS + retention + (first_word & RING_MASK) as usize + 1
 }
 
 /// The state: one block of words. No method replaces the block once it exists (the key
@@ -82,31 +105,76 @@ pub struct SubWindow {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Corrupt(pub &'static str);
 
+/// The ring a call needs: `ring` sub-intervals of the call's resolution before the latest,
+/// and, when that is more than the call's window, until when.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Plan {
+    ring: u64,
+    keep_until: Option<Millis>,
+    /// What is retained is longer than the longest ring: older units go to its oldest
+    /// sub-interval instead of leaving.
+    squeezed: bool,
+}
+
 impl SubWindow {
     /// An empty window shaped by `p`, which must be valid.
     pub fn new(p: &Params) -> SubWindow {
+        SubWindow::shaped(p, p.subintervals(), None)
+    }
+
+    /// An empty window for `p` whose ring holds `ring` sub-intervals before the latest
+    /// (at least the window's), with a retention until `keep_until`.
+    fn shaped(p: &Params, ring: u64, keep_until: Option<Millis>) -> SubWindow {
         let n = p.subintervals().min(MAX_SUBINTERVALS) as u32;
+        let ring = ring.clamp(u64::from(n), MAX_SUBINTERVALS) as u32;
+        let until = keep_until;
+        let flag = if until.is_some() { RETAINED } else { 0 };
         let mut w = SubWindow {
-            words: vec![0u32; block_len(n)].into_boxed_slice(),
+            words: vec![0u32; block_len(ring | flag)].into_boxed_slice(),
         };
-        w.put(N_AND_LATEST_HIGH, n);
+        w.put(RING_AND_LATEST_HIGH, ring | flag);
         // The ranges are checked when arguments are parsed; the casts cannot truncate.
         w.put(LIMIT, p.limit as u32);
         w.put(RESOLUTION, p.resolution_ms as u32);
+        if let Some(until) = until {
+            w.put(WINDOW_AND_UNTIL_HIGH, n);
+            w.set_keep_until(until);
+        }
         w
     }
 
-    /// Rebuilds a state from its persisted parts: the counters of sub-intervals
-    /// `L-n ..= L`, oldest first, where `L` is the sub-interval of `latest`.
-    pub fn from_parts(p: Params, latest: Millis, counts: &[u64]) -> Result<Self, Corrupt> {
+    /// Rebuilds a state from its persisted parts: the retention, if any, as
+    /// `(kept_ms, keep_until)` (the ring then spans `kept_ms`), and the counters of
+    /// sub-intervals `L-r ..= L`, oldest first, where `L` is the sub-interval of `latest`.
+    pub fn from_parts(
+        p: Params,
+        latest: Millis,
+        retention: Option<(u64, Millis)>,
+        counts: &[u64],
+    ) -> Result<Self, Corrupt> {
         if !p.valid() {
             return Err(Corrupt("parameters out of range"));
         }
         if latest > MAX_TIMESTAMP {
             return Err(Corrupt("time out of range"));
         }
-        let mut w = SubWindow::new(&p);
-        if counts.len() as u64 != w.n() + 1 {
+        let mut w = match retention {
+            None => SubWindow::new(&p),
+            Some((kept_ms, until)) => {
+                let ring = kept_ms / p.resolution_ms;
+                if !kept_ms.is_multiple_of(p.resolution_ms)
+                    || kept_ms < p.window_ms
+                    || ring > MAX_SUBINTERVALS
+                {
+                    return Err(Corrupt("retention out of range"));
+                }
+                if until > MAX_TIMESTAMP + 2 * MAX_WINDOW_MS {
+                    return Err(Corrupt("time out of range"));
+                }
+                SubWindow::shaped(&p, ring, Some(until))
+            }
+        };
+        if counts.len() as u64 != w.ring_n() + 1 {
             return Err(Corrupt("wrong number of counters"));
         }
         w.set_latest(latest);
@@ -117,7 +185,7 @@ impl SubWindow {
             total = total
                 .checked_add(c)
                 .ok_or(Corrupt("counters out of range"))?;
-            match (newest + k as u64).checked_sub(w.n()) {
+            match (newest + k as u64).checked_sub(w.ring_n()) {
                 Some(i) => w.put_count(i, c),
                 None if c == 0 => {}
                 None => return Err(Corrupt("counter before the epoch")),
@@ -148,8 +216,53 @@ impl SubWindow {
         }
     }
 
+    fn retained(&self) -> bool {
+        self.word(RING_AND_LATEST_HIGH) & RETAINED != 0
+    }
+
+    /// The sub-intervals the ring holds before the latest one.
+    fn ring_n(&self) -> u64 {
+        u64::from(self.word(RING_AND_LATEST_HIGH) & RING_MASK)
+    }
+
+    /// The window, in sub-intervals.
     fn n(&self) -> u64 {
-        u64::from(self.word(N_AND_LATEST_HIGH) & 0xffff)
+        if self.retained() {
+            u64::from(self.word(WINDOW_AND_UNTIL_HIGH) & 0xffff)
+        } else {
+            self.ring_n()
+        }
+    }
+
+    fn counters_start(&self) -> usize {
+        if self.retained() {
+            HEADER_WORDS + RETENTION_WORDS
+        } else {
+            HEADER_WORDS
+        }
+    }
+
+    fn keep_until(&self) -> Option<Millis> {
+        self.retained().then(|| {
+            let high = u64::from(self.word(WINDOW_AND_UNTIL_HIGH) >> 16);
+            (high << 32) | u64::from(self.word(UNTIL_LOW))
+        })
+    }
+
+    /// Only with the retention words.
+    fn set_keep_until(&mut self, until: Millis) {
+        let n = self.word(WINDOW_AND_UNTIL_HIGH) & 0xffff;
+        // until < 2^48, checked where it is made or read
+        self.put(WINDOW_AND_UNTIL_HIGH, n | (((until >> 32) as u32) << 16));
+        self.put(UNTIL_LOW, until as u32);
+    }
+
+    /// `(kept_ms, keep_until)`: the ring spans `kept_ms` (at least the window) for the units
+    /// a window used before still counts, until `keep_until`. `None` when the ring is the
+    /// window's and nothing is retained.
+    pub fn retention(&self) -> Option<(u64, Millis)> {
+        self.keep_until()
+            .map(|until| (self.ring_n() * self.resolution(), until))
     }
 
     fn resolution(&self) -> u64 {
@@ -169,9 +282,9 @@ impl SubWindow {
     }
 
     fn set_latest(&mut self, at: Millis) {
-        let n = self.word(N_AND_LATEST_HIGH) & 0xffff;
+        let low = self.word(RING_AND_LATEST_HIGH) & 0xffff;
         // at <= MAX_TIMESTAMP < 2^48
-        self.put(N_AND_LATEST_HIGH, n | (((at >> 32) as u32) << 16));
+        self.put(RING_AND_LATEST_HIGH, low | (((at >> 32) as u32) << 16));
         self.put(LATEST_LOW, at as u32);
     }
 
@@ -183,11 +296,11 @@ impl SubWindow {
     /// The sub-intervals the ring describes.
     fn span(&self) -> (u64, u64) {
         let newest = self.index(self.latest());
-        (newest.saturating_sub(self.n()), newest)
+        (newest.saturating_sub(self.ring_n()), newest)
     }
 
     fn slot(&self, i: u64) -> usize {
-        HEADER_WORDS + (i % (self.n() + 1)) as usize
+        self.counters_start() + (i % (self.ring_n() + 1)) as usize
     }
 
     /// The counter of sub-interval `i`, 0 outside the ring.
@@ -207,9 +320,10 @@ impl SubWindow {
 
     /// The counters of sub-intervals `first ..= last`, which must lie in the ring, in order.
     fn ring(&self, first: u64, last: u64) -> impl DoubleEndedIterator<Item = u64> + '_ {
-        let len = (last + 1).saturating_sub(first).min(self.n() + 1) as usize;
-        let counters = self.words.get(HEADER_WORDS..).unwrap_or_default();
-        let start = ((first % (self.n() + 1)) as usize).min(counters.len());
+        let size = self.ring_n() + 1;
+        let len = (last + 1).saturating_sub(first).min(size) as usize;
+        let counters = self.words.get(self.counters_start()..).unwrap_or_default();
+        let start = ((first % size) as usize).min(counters.len());
         let (before, from) = counters.split_at(start);
         let wrapped = len.saturating_sub(from.len());
         let from = from.get(..len.min(from.len())).unwrap_or_default();
@@ -217,28 +331,39 @@ impl SubWindow {
         from.iter().chain(before).map(|&c| u64::from(c))
     }
 
-    /// The estimate at `now` (not before `latest`): the units of the full sub-intervals, and
-    /// the trailing units the window still counts.
-    fn estimate(&self, now: Millis) -> (u64, u64) {
-        let (n, res) = (self.n(), self.resolution());
+    /// The units of the sub-intervals after `t`, summing whichever side of `t` in the ring
+    /// is shorter.
+    fn units_after(&self, t: u64) -> u64 {
         let (oldest, newest) = self.span();
-        let current = self.index(now);
-        // Everything up to the trailing sub-interval has left the full window.
-        let (gone, trail) = match current.checked_sub(n) {
-            Some(t) if t >= oldest => {
-                let last = t.min(newest);
-                (self.ring(oldest, last).sum::<u64>(), self.count(t))
-            }
-            _ => (0, 0),
-        };
-        let full = self.total().saturating_sub(gone);
-        (full, weighted(trail, now % res, res))
+        if t >= newest {
+            0
+        } else if t < oldest {
+            self.total()
+        } else if newest - t <= t - oldest + 1 {
+            self.ring(t + 1, newest).sum()
+        } else {
+            let gone: u64 = self.ring(oldest, t).sum();
+            self.total().saturating_sub(gone)
+        }
     }
 
-    /// How long until `cost` more units fit, given the full part of the estimate at `now`;
-    /// `cost <= limit`, and the call at `now` was refused.
-    fn wait(&self, now: Millis, limit: u64, cost: u64, mut full: u64) -> Wait {
-        let (n, res) = (self.n(), self.resolution());
+    /// The estimate at `now` (not before `latest`) for a window of `n` sub-intervals (at
+    /// most the ring's): the units of the full sub-intervals, and the trailing units the
+    /// window still counts.
+    fn estimate(&self, now: Millis, n: u64) -> (u64, u64) {
+        let res = self.resolution();
+        match self.index(now).checked_sub(n) {
+            // Everything up to the trailing sub-interval has left the full window.
+            Some(t) => (self.units_after(t), weighted(self.count(t), now % res, res)),
+            None => (self.total(), 0),
+        }
+    }
+
+    /// How long until `cost` more units fit in a window of `n` sub-intervals, given the
+    /// full part of the estimate at `now`; `cost <= limit`, and the call at `now` was
+    /// refused.
+    fn wait(&self, now: Millis, n: u64, limit: u64, cost: u64, mut full: u64) -> Wait {
+        let res = self.resolution();
         let (oldest, newest) = self.span();
         let current = self.index(now);
         let offset = now % res;
@@ -270,10 +395,10 @@ impl SubWindow {
         Wait::Ms(((newest + n + 1) * res).saturating_sub(now))
     }
 
-    /// When the newest counted unit stops counting: the last millisecond of the sub-interval
-    /// in which it trails, where its weight is 0.
-    fn empty_from(&self, newest: u64) -> Millis {
-        (newest + self.n() + 1) * self.resolution() - 1
+    /// When units of sub-interval `newest` stop counting in a window of `n` sub-intervals:
+    /// the last millisecond of the sub-interval in which they trail, where their weight is 0.
+    fn empty_from(&self, newest: u64, n: u64) -> Millis {
+        (newest + n + 1) * self.resolution() - 1
     }
 
     /// The newest sub-interval with a unit in it.
@@ -286,10 +411,57 @@ impl SubWindow {
         Some(newest - back as u64)
     }
 
+    /// The ring a call at `now` (not before `latest`) under `p` needs: `p`'s window, or
+    /// longer for the units a window used before still counts. A pending retention keeps
+    /// the whole ring; a window shorter than the stored one keeps that one, until it lets
+    /// go of the newest unit. Both together keep the longer, until the later. A retention
+    /// shorter than `p`'s window ends.
+    fn plan(&self, now: Millis, p: &Params) -> Plan {
+        let res = self.resolution();
+        let pending = self.keep_until().map(|until| (self.ring_n() * res, until));
+        let stored_ms = self.n() * res;
+        let shrink = if p.window_ms < stored_ms {
+            self.newest_counted()
+                .map(|j| (stored_ms, self.empty_from(j, self.n())))
+        } else {
+            None
+        };
+        let merged = match (pending, shrink) {
+            (Some((a, u)), Some((b, v))) => Some((a.max(b), u.max(v))),
+            (one, other) => one.or(other),
+        };
+        // A retention as long as the window is kept while pending too, so that calls
+        // alternating between two windows keep one block instead of building a new one
+        // each time.
+        match merged {
+            Some((kept_ms, until)) if now < until && kept_ms >= p.window_ms => {
+                let wanted = kept_ms.div_ceil(p.resolution_ms);
+                let ring = wanted.min(MAX_SUBINTERVALS);
+                Plan {
+                    ring,
+                    keep_until: Some(until),
+                    squeezed: wanted > ring,
+                }
+            }
+            _ => Plan {
+                ring: p.subintervals(),
+                keep_until: None,
+                squeezed: false,
+            },
+        }
+    }
+
+    /// The stored block already has the ring `plan` asks for.
+    fn fits(&self, p: &Params, plan: &Plan) -> bool {
+        p.resolution_ms == self.resolution()
+            && plan.ring == self.ring_n()
+            && plan.keep_until.is_some() == self.retained()
+    }
+
     /// Moves the ring forward to `now`, clearing the sub-intervals it passes.
     fn advance(&mut self, now: Millis) {
         let (from, to) = (self.index(self.latest()), self.index(now));
-        let cleared = (to - from).min(self.n() + 1);
+        let cleared = (to - from).min(self.ring_n() + 1);
         let mut total = self.word(TOTAL);
         for i in (to + 1 - cleared)..=to {
             total -= self.word(self.slot(i)).min(total);
@@ -325,14 +497,11 @@ impl SubWindow {
         self.evaluate(now, &self.params(), 0)
     }
 
-    /// The counters of sub-intervals `L-n ..= L`, oldest first (see [`SubWindow::from_parts`]).
+    /// The counters of sub-intervals `L-r ..= L`, oldest first (see [`SubWindow::from_parts`]).
     pub fn counts(&self) -> impl Iterator<Item = u64> + '_ {
         let newest = self.index(self.latest());
-        (0..=self.n()).map(move |k| {
-            (newest + k)
-                .checked_sub(self.n())
-                .map_or(0, |i| self.count(i))
-        })
+        let r = self.ring_n();
+        (0..=r).map(move |k| (newest + k).checked_sub(r).map_or(0, |i| self.count(i)))
     }
 
     /// Bytes of the block.
@@ -350,9 +519,11 @@ fn weighted(trail: u64, offset: u64, res: u64) -> u64 {
 impl Limit for SubWindow {
     type Params = Params;
 
+    /// Counts `p`'s window only, whatever else the ring keeps.
     fn evaluate(&self, now: Millis, p: &Params, cost: u64) -> Decision {
         let now = now.max(self.latest());
-        let (full, trailing) = self.estimate(now);
+        let n = p.subintervals().min(self.ring_n());
+        let (full, trailing) = self.estimate(now, n);
         let used = full + trailing;
         let allowed = used.saturating_add(cost) <= p.limit;
         let retry_after = if allowed {
@@ -360,7 +531,7 @@ impl Limit for SubWindow {
         } else if cost > p.limit {
             Wait::Never
         } else {
-            self.wait(now, p.limit, cost, full)
+            self.wait(now, n, p.limit, cost, full)
         };
         let newest = if allowed && cost > 0 {
             Some(self.index(now))
@@ -373,19 +544,22 @@ impl Limit for SubWindow {
             limit: p.limit,
             remaining: p.limit.saturating_sub(after),
             retry_after,
-            reset_after_ms: newest.map_or(0, |i| self.empty_from(i).saturating_sub(now)),
+            reset_after_ms: newest.map_or(0, |i| self.empty_from(i, n).saturating_sub(now)),
         }
     }
 
     fn record(&mut self, now: Millis, p: &Params, cost: u64) -> bool {
         let now = now.max(self.latest());
-        let same_shape = p.subintervals() == self.n() && p.resolution_ms == self.resolution();
-        if !p.valid() || !same_shape || now > MAX_TIMESTAMP {
+        if !p.valid() || now > MAX_TIMESTAMP {
+            return false;
+        }
+        let plan = self.plan(now, p);
+        if !self.fits(p, &plan) {
             return false;
         }
         let current = self.index(now);
         // What the ring holds once moved to `now`, plus the cost.
-        let passed = (current - self.index(self.latest())).min(self.n() + 1);
+        let passed = (current - self.index(self.latest())).min(self.ring_n() + 1);
         let leaving = self.ring(current + 1 - passed, current).sum::<u64>();
         let after_advance = self.total() - leaving.min(self.total());
         let (Ok(count), Ok(total)) = (
@@ -398,38 +572,58 @@ impl Limit for SubWindow {
         self.put_count(current, count);
         self.put(TOTAL, total);
         self.put(LIMIT, p.limit as u32);
+        if let Some(until) = plan.keep_until {
+            // p is valid, so its window fits in 16 bits.
+            let high = self.word(WINDOW_AND_UNTIL_HIGH) & 0xffff_0000;
+            self.put(WINDOW_AND_UNTIL_HIGH, high | p.subintervals() as u32);
+            self.set_keep_until(until);
+        }
         true
     }
 
+    /// A retention keeps the key too, while the window it is for still counts a unit.
     fn empty_at(&self) -> Option<Millis> {
-        self.newest_counted().map(|i| self.empty_from(i))
+        let newest = self.newest_counted()?;
+        let own = self.empty_from(newest, self.n());
+        let kept = self
+            .keep_until()
+            .map_or(0, |until| until.min(self.empty_from(newest, self.ring_n())));
+        Some(own.max(kept))
     }
 
     fn latest(&self) -> Millis {
-        let high = u64::from(self.word(N_AND_LATEST_HIGH) >> 16);
+        let high = u64::from(self.word(RING_AND_LATEST_HIGH) >> 16);
         (high << 32) | u64::from(self.word(LATEST_LOW))
     }
 
-    /// A new window or resolution: every counted unit moves to the new sub-interval holding
-    /// the last millisecond of its old one (or `latest`, if earlier), so no unit is lost;
-    /// when each stops counting is approximate, as the sub-intervals it was spread over
-    /// are gone.
-    fn reshaped(&self, p: &Params) -> Option<SubWindow> {
-        if p.subintervals() == self.n() && p.resolution_ms == self.resolution() {
+    /// A new block, at `now`, when `p` needs another ring: a new window or resolution, a window
+    /// shorter than the stored one (the ring is kept, with a retention), or a retention
+    /// that is over (the ring shrinks to the window). Every counted unit that a window used
+    /// since still counts moves to the new sub-interval holding the last millisecond of its
+    /// old one (or `latest`, if earlier), so none is lost; when each stops counting is
+    /// approximate, as the sub-intervals it was spread over are gone.
+    fn reshaped(&self, now: Millis, p: &Params) -> Option<SubWindow> {
+        let now = now.max(self.latest());
+        let plan = self.plan(now, p);
+        if self.fits(p, &plan) {
             return None;
         }
         let latest = self.latest();
-        let mut new = SubWindow::new(p);
-        new.set_latest(latest);
+        // The new ring is placed at the call's time, so that it holds what the plan keeps.
+        let mut new = SubWindow::shaped(p, plan.ring, plan.keep_until);
+        new.set_latest(now);
         let res = self.resolution();
         let (oldest, newest) = self.span();
         let (new_oldest, _) = new.span();
         let mut total: u64 = 0;
         for (i, c) in (oldest..=newest).zip(self.ring(oldest, newest)) {
             let j = new.index(((i + 1) * res - 1).min(latest));
-            if c == 0 || j < new_oldest {
-                continue;
-            }
+            let j = match j {
+                _ if c == 0 => continue,
+                j if j >= new_oldest => j,
+                _ if plan.squeezed => new_oldest,
+                _ => continue,
+            };
             let sum = (new.count(j) + c).min(MAX_LIMIT);
             total += sum - new.count(j);
             new.put_count(j, sum as u32);
@@ -548,13 +742,129 @@ mod tests {
         // Twice the resolution: the units move to 99 and 420 (latest), sub-intervals 0 and 2,
         // and the unit fits at +1049, later than in the old shape.
         let new = p(10, 1000, 200);
-        let mut r = w.reshaped(&new).unwrap();
+        let mut r = w.reshaped(T0 + 420, &new).unwrap();
         assert_eq!(r.peek(T0 + 420).remaining, 0);
         assert_eq!(
             r.acquire(T0 + 420, &new, 1).retry_after,
             Wait::Ms(1049 - 420)
         );
-        assert!(w.reshaped(&p(3, 1000, 100)).is_none());
+        assert!(w.reshaped(T0 + 420, &p(3, 1000, 100)).is_none());
+    }
+
+    /// A call as the command layer makes it: on a reshaped copy when the call needs one,
+    /// kept only when the call records something.
+    fn call(w: &mut SubWindow, now: Millis, p: &Params, cost: u64) -> Decision {
+        let mut next = w.reshaped(now, p).unwrap_or_else(|| w.clone());
+        let d = next.acquire(now, p, cost);
+        if d.allowed && cost > 0 {
+            *w = next;
+        }
+        d
+    }
+
+    /// The scenario: three calls fill 3 per 10 s; a call with a 1 s window, two
+    /// seconds later, must not make the 10 s window forget them.
+    #[test]
+    fn a_shorter_window_keeps_what_the_longer_one_counts() {
+        let long = p(3, 10_000, 1000);
+        let short = p(5, 1000, 1000);
+        let mut w = SubWindow::new(&long);
+        for t in [0, 100, 200] {
+            assert!(call(&mut w, T0 + t, &long, 1).allowed);
+        }
+        // The short window counts only its own second (and the empty one trailing).
+        assert_eq!(
+            call(&mut w, T0 + 2500, &short, 1).as_reply(),
+            [1, 5, 4, 0, 1499]
+        );
+        // The ring still holds the 10 s, until the units at +0..1000 have left it.
+        assert_eq!(w.retention(), Some((10_000, T0 + 10_999)));
+        assert_eq!(w.params(), short);
+        assert_eq!(w.empty_at(), Some(T0 + 10_999));
+        assert_eq!(w.heap_size(), 4 * (5 + 2 + 11));
+        // 3 per 10 s still counts all four: refused until 2 units have left.
+        assert_eq!(
+            call(&mut w, T0 + 2600, &long, 1).as_reply(),
+            [0, 3, 0, 8066, 10_399]
+        );
+        assert!(!call(&mut w, T0 + 2700, &long, 1).allowed);
+    }
+
+    #[test]
+    fn the_ring_shrinks_once_the_longer_window_has_passed() {
+        let long = p(3, 10_000, 1000);
+        let short = p(5, 1000, 1000);
+        let mut w = SubWindow::new(&long);
+        call(&mut w, T0, &long, 3);
+        let mut t = 2000;
+        while t < 10_999 {
+            assert!(call(&mut w, T0 + t, &short, 1).allowed, "at +{t}");
+            assert_eq!(w.retention(), Some((10_000, T0 + 10_999)), "at +{t}");
+            t += 500;
+        }
+        assert!(call(&mut w, T0 + 10_999, &short, 1).allowed);
+        assert_eq!(w.retention(), None);
+        assert_eq!(w.heap_size(), 4 * (5 + 2));
+        assert_eq!(w.empty_at(), Some(T0 + 11_999));
+    }
+
+    #[test]
+    fn a_shorter_window_at_a_new_resolution_keeps_the_units_too() {
+        let long = p(3, 10_000, 1000);
+        let fine = p(5, 1000, 100);
+        let mut w = SubWindow::new(&long);
+        call(&mut w, T0, &long, 3);
+        assert!(call(&mut w, T0 + 2500, &fine, 1).allowed);
+        // 10 s in sub-intervals of 100 ms.
+        assert_eq!(w.retention(), Some((10_000, T0 + 10_999)));
+        assert_eq!(w.heap_size(), 4 * (5 + 2 + 101));
+        assert!(!call(&mut w, T0 + 2600, &long, 1).allowed);
+        // Back at 1 s resolution the ring is the window's again (the retention, as long, runs
+        // on), and still holds the units.
+        assert!(call(&mut w, T0 + 2600, &p(10, 10_000, 1000), 1).allowed);
+        assert_eq!(w.retention(), Some((10_000, T0 + 10_999)));
+        assert_eq!(w.heap_size(), 4 * (5 + 2 + 11));
+        assert_eq!(w.peek(T0 + 2600).remaining, 10 - 5);
+    }
+
+    #[test]
+    fn units_older_than_the_longest_ring_wait_in_its_oldest_sub_interval() {
+        // An hour in minutes, then a 1 s window in milliseconds: the hour would need 3.6
+        // million sub-intervals, the ring holds 4096.
+        let hour = p(3, 3_600_000, 60_000);
+        let ms = p(5, 1000, 1);
+        let mut w = SubWindow::new(&hour);
+        call(&mut w, T0, &hour, 1);
+        call(&mut w, T0 + 300_000, &hour, 1);
+        assert!(call(&mut w, T0 + 300_500, &ms, 1).allowed);
+        assert_eq!(w.retention().map(|r| r.0), Some(4096));
+        assert_eq!(w.counts().sum::<u64>(), 3);
+        // The unit from +0 still counts for the hour: refused.
+        assert!(!call(&mut w, T0 + 300_600, &hour, 1).allowed);
+    }
+
+    #[test]
+    fn alternating_windows_keep_one_block_and_a_longer_window_ends_it() {
+        let long = p(100, 10_000, 1000);
+        let short = p(100, 1000, 1000);
+        let mut w = SubWindow::new(&long);
+        call(&mut w, T0, &long, 1);
+        call(&mut w, T0 + 2000, &short, 1);
+        // Two services alternating: the block stays, changed in place.
+        let block = w.words.as_ptr();
+        for t in (3000..9000).step_by(1000) {
+            assert!(w.reshaped(T0 + t, &long).is_none(), "at +{t}");
+            assert!(call(&mut w, T0 + t, &long, 1).allowed);
+            assert!(w.reshaped(T0 + t + 500, &short).is_none(), "at +{t}");
+            assert!(call(&mut w, T0 + t + 500, &short, 1).allowed);
+        }
+        assert_eq!(w.words.as_ptr(), block);
+        // The latest shrink, at +8500, keeps the units of +8000 for 10 s.
+        assert_eq!(w.retention(), Some((10_000, T0 + 18_999)));
+        // A window longer than the ring ends the retention (15 units in it with this one).
+        assert!(call(&mut w, T0 + 9000, &p(20, 20_000, 1000), 1).allowed);
+        assert_eq!(w.retention(), None);
+        assert_eq!(w.peek(T0 + 9000).remaining, 20 - 15);
     }
 
     #[test]
@@ -564,13 +874,13 @@ mod tests {
         w.acquire(T0 + 50, &params, 4);
         let mut counts = vec![0; 11];
         counts[10] = 4;
-        assert_eq!(SubWindow::from_parts(params, T0 + 50, &counts), Ok(w));
-        assert!(SubWindow::from_parts(params, T0, &counts[1..]).is_err());
-        assert!(SubWindow::from_parts(p(10, 1000, 300), T0, &counts).is_err());
+        assert_eq!(SubWindow::from_parts(params, T0 + 50, None, &counts), Ok(w));
+        assert!(SubWindow::from_parts(params, T0, None, &counts[1..]).is_err());
+        assert!(SubWindow::from_parts(p(10, 1000, 300), T0, None, &counts).is_err());
         counts[3] = 1 << 32;
-        assert!(SubWindow::from_parts(params, T0, &counts).is_err());
+        assert!(SubWindow::from_parts(params, T0, None, &counts).is_err());
         // Before the epoch there is nothing to count.
-        assert!(SubWindow::from_parts(params, 50, &[1; 11]).is_err());
+        assert!(SubWindow::from_parts(params, 50, None, &[1; 11]).is_err());
     }
 
     /// The obviously-correct model: every recorded unit kept with its time, the estimate
@@ -622,7 +932,85 @@ mod tests {
         }
     }
 
+    /// The rule, naively, at one resolution: each unit remembers the longest window (in
+    /// sub-intervals) of the calls recorded since it was counted, and leaves at a recorded
+    /// call once that window no longer counts it, even as the trailing one.
+    /// The ring may keep more (a retention keeps the longest of several), never less.
+    #[derive(Default)]
+    struct Rule {
+        records: Vec<(Millis, u64, u64)>,
+    }
+
+    impl Rule {
+        fn record(&mut self, now: Millis, p: &Params, cost: u64) {
+            let (res, n) = (p.resolution_ms, p.subintervals());
+            for r in &mut self.records {
+                r.2 = r.2.max(n);
+            }
+            // In the last millisecond of its trailing sub-interval a unit weighs nothing.
+            self.records
+                .retain(|&(t, _, m)| (t / res + m + 1) * res - 1 > now);
+            self.records.push((now, cost, n));
+        }
+
+        fn kept(&self) -> Naive {
+            Naive {
+                records: self.records.iter().map(|&(t, c, _)| (t, c)).collect(),
+                latest: 0,
+            }
+        }
+    }
+
     proptest! {
+        /// Windows that change from call to call, at one resolution: each call counts at
+        /// least what the rule keeps and at most everything ever recorded, so it allows
+        /// whatever keeping everything would, and nothing the rule refuses. Once one window
+        /// has been used alone for longer than any, the ring is that window's again.
+        #[test]
+        fn changing_windows_keep_what_the_rule_keeps(
+            res in 1u64..6,
+            pool in prop::collection::vec((1u64..10, 1u64..9), 2..4),
+            steps in prop::collection::vec(
+                (0usize..4, 0u64..20, 0u64..4, prop::bool::weighted(0.1)), 1..200),
+        ) {
+            let pool: Vec<Params> = pool.iter().map(|&(l, n)| p(l, n * res, res)).collect();
+            let widest = pool.iter().map(|q| q.subintervals()).max().unwrap();
+            let mut w = SubWindow::new(&pool[0]);
+            let mut rule = Rule::default();
+            let mut all = Naive::default();
+            let mut now = T0;
+            let mut run: Option<(usize, Millis)> = None;
+            for (pick, gap, cost, back) in steps {
+                let i = pick % pool.len();
+                let q = &pool[i];
+                let at = if back { now.saturating_sub(gap) } else { now + gap };
+                now = now.max(at);
+                let t = w.latest().max(at);
+                let mut next = w.reshaped(at, q).unwrap_or_else(|| w.clone());
+                let (full, trail) = next.estimate(t, q.subintervals());
+                let real = full + trail;
+                let (least, most) = (rule.kept().used(t, q), all.used(t, q));
+                prop_assert!(least <= real && real <= most, "{} <= {} <= {}", least, real, most);
+                let d = next.acquire(at, q, cost);
+                prop_assert!(most + cost > q.limit || d.allowed, "keeping everything allows it");
+                prop_assert!(!d.allowed || least + cost <= q.limit, "the rule refuses it");
+                if d.allowed && cost > 0 {
+                    w = next;
+                    rule.record(t, q, cost);
+                    all.records.push((t, cost));
+                    run = match run {
+                        Some((j, since)) if j == i => Some((j, since)),
+                        _ => Some((i, t)),
+                    };
+                    prop_assert_eq!(w.total(), w.counts().sum::<u64>());
+                    if let Some((_, since)) = run.filter(|&(_, since)| t / res > since / res + widest) {
+                        prop_assert_eq!(w.retention(), None, "used alone since {}", since);
+                        prop_assert_eq!(w.heap_size(), 4 * (5 + q.subintervals() as usize + 1));
+                    }
+                }
+            }
+        }
+
         #[test]
         fn matches_the_naive_model(
             limit in 1u64..10,

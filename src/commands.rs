@@ -190,7 +190,7 @@ fn limit<L: Limit, A: AsBytes>(
         Some(held) if held.kind() != call.kind => return Err(other_kind(held, call.kind)),
         Some(held) => {
             let current = unwrap(held).ok_or(Error::Internal(call.kind.command()))?;
-            match current.reshaped(now, params) {
+            match current.reshaped(clock.caller, params) {
                 Some(new) => (created.insert(new), false),
                 None => (current, true),
             }

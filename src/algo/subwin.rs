@@ -318,8 +318,9 @@ impl SubWindow {
         self.put(self.slot(i), c);
     }
 
-    /// The counters of sub-intervals `first ..= last`, which must lie in the ring, in order.
-    fn ring(&self, first: u64, last: u64) -> impl DoubleEndedIterator<Item = u64> + '_ {
+    /// The counters of sub-intervals `first ..= last`, which must lie in the ring, in order:
+    /// the run up to the end of the block, then the run that wrapped around.
+    fn ring_runs(&self, first: u64, last: u64) -> (&[u32], &[u32]) {
         let size = self.ring_n() + 1;
         let len = (last + 1).saturating_sub(first).min(size) as usize;
         let counters = self.words.get(self.counters_start()..).unwrap_or_default();
@@ -328,7 +329,35 @@ impl SubWindow {
         let wrapped = len.saturating_sub(from.len());
         let from = from.get(..len.min(from.len())).unwrap_or_default();
         let before = before.get(..wrapped).unwrap_or_default();
+        (from, before)
+    }
+
+    /// The counters of sub-intervals `first ..= last`, which must lie in the ring, in order.
+    fn ring(&self, first: u64, last: u64) -> impl DoubleEndedIterator<Item = u64> + '_ {
+        let (from, before) = self.ring_runs(first, last);
         from.iter().chain(before).map(|&c| u64::from(c))
+    }
+
+    /// The units of sub-intervals `first ..= last`, which must lie in the ring.
+    fn ring_sum(&self, first: u64, last: u64) -> u64 {
+        let (from, before) = self.ring_runs(first, last);
+        let sum = |run: &[u32]| run.iter().map(|&c| u64::from(c)).sum::<u64>();
+        sum(from) + sum(before)
+    }
+
+    /// The first sub-interval of `first ..= last` (in the ring) with a unit in it.
+    fn first_counted(&self, first: u64, last: u64) -> Option<u64> {
+        if first > last {
+            return None;
+        }
+        let (from, before) = self.ring_runs(first, last);
+        match from.iter().position(|&c| c != 0) {
+            Some(i) => Some(first + i as u64),
+            None => before
+                .iter()
+                .position(|&c| c != 0)
+                .map(|i| first + (from.len() + i) as u64),
+        }
     }
 
     /// The units of the sub-intervals after `t`, summing whichever side of `t` in the ring
@@ -340,9 +369,9 @@ impl SubWindow {
         } else if t < oldest {
             self.total()
         } else if newest - t <= t - oldest + 1 {
-            self.ring(t + 1, newest).sum()
+            self.ring_sum(t + 1, newest)
         } else {
-            let gone: u64 = self.ring(oldest, t).sum();
+            let gone = self.ring_sum(oldest, t);
             self.total().saturating_sub(gone)
         }
     }
@@ -375,9 +404,12 @@ impl SubWindow {
         // when a unit leaves, and a step that leaves room answers), so those are skipped
         // with a plain scan of the counters.
         let first = current.saturating_sub(n).max(oldest);
-        let steps = (first..=newest)
-            .zip(self.ring(first, newest))
-            .filter(|&(t, trail)| trail > 0 || t == first);
+        let mut next = Some(first);
+        let steps = std::iter::from_fn(|| {
+            let t = next?;
+            next = self.first_counted(t + 1, newest);
+            Some((t, self.count(t)))
+        });
         for (t, trail) in steps {
             let step = t + n;
             if step > current {
@@ -566,7 +598,7 @@ impl Limit for SubWindow {
         let current = self.index(now);
         // What the ring holds once moved to `now`, plus the cost.
         let passed = (current - self.index(self.latest())).min(self.ring_n() + 1);
-        let leaving = self.ring(current + 1 - passed, current).sum::<u64>();
+        let leaving = self.ring_sum(current + 1 - passed, current);
         let after_advance = self.total() - leaving.min(self.total());
         let (Ok(count), Ok(total)) = (
             u32::try_from(self.count(current) + cost),

@@ -8,7 +8,7 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # redis-benchmark) and libclang for bindgen.
 PACKAGES := redis-server redis-tools libclang-dev
 
-.PHONY: help deps build run cluster cluster-stop test bench accuracy fuzz lint fmt clean
+.PHONY: help deps build run cluster cluster-stop test bench bigkeys accuracy fuzz lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
@@ -39,6 +39,9 @@ test: deps ## Run every unit and integration test (starts its own servers)
 
 bench: build ## Throughput and server CPU against INCR and the equivalent Lua scripts
 	bench/bench.sh
+
+bigkeys: build ## RL.SLIDE keys of 1M to 10M records: SLOWLOG and CPU time per call, memory per record (a table)
+	cargo run --release --example bigkeys
 
 accuracy: build ## RL.SUBWIN against the exact RL.SLIDE on simulated traffic (a table)
 	cargo run --release --example accuracy

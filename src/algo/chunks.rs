@@ -16,6 +16,8 @@
 //!   the values left are copied into one right-sized buffer when they fit in
 //!   [`MAX_CHUNK_BYTES`] and the chunks holding them are over twice their size; larger logs
 //!   waste at most the unused parts of their first and last chunks.
+//! - **Only small allocations**: chunks of at most 12 KiB, and an index of chunks in blocks of
+//!   12 KiB, whatever the size of the log; see [`MAX_CHUNK_BYTES`] for why it matters.
 //! - Chunk sizes are jemalloc size classes (Redis's allocator), so [`Chunks::heap_size`], an
 //!   O(1) sum, is what the allocator really holds for them.
 //! - Random access and [`Chunks::partition_point`] are O(log n): a binary search over the
@@ -37,9 +39,10 @@ pub const MIN_CHUNK_BYTES: usize = 512;
 /// chunks. No larger, because of how jemalloc (Redis's allocator) frees. Freed neighbouring
 /// extents of 16 KiB and more are merged at once, and as soon as a merged run reaches 8 MiB it
 /// is handed back to the kernel (`madvise`) by the thread that freed the last piece: about a
-/// millisecond of the main thread, seen with 64 KiB chunks. A 12 KiB allocation is alone in a
-/// slab of its own size, which jemalloc does not merge when freed: its background thread gives
-/// the pages back later. (Freeing costs per slab, so this largest such size frees fastest.)
+/// millisecond of the main thread, seen with 64 KiB chunks, and with a one-piece index of
+/// 196 KiB that merged with freed chunks around it. A 12 KiB allocation is alone in a slab of
+/// its own size, which jemalloc does not merge when freed: its background thread gives the
+/// pages back later. (Freeing costs per slab, so this largest such size frees fastest.)
 pub const MAX_CHUNK_BYTES: usize = 12288;
 /// Chunks freed by one call at most (about 0.1 to 0.3 µs each); the rest are freed by the next
 /// calls.
@@ -58,10 +61,168 @@ impl<T> Chunk<T> {
     }
 }
 
+/// Chunk descriptors in one block of the index: 512 of 24 bytes, 12 KiB.
+const BLOCK: usize = 512;
+
+/// The chunks, in position order, in blocks of at most [`BLOCK`] descriptors, so that the
+/// index of a log of any size is made of small allocations too (see [`MAX_CHUNK_BYTES`]).
+/// Every block of `more` holds exactly [`BLOCK`] descriptors but the last, so chunk `k` is
+/// found in O(1); `front` is the first block, the only one of a log of up to 512 chunks.
+struct Index<T> {
+    front: VecDeque<Chunk<T>>,
+    /// The other blocks; `None` when there are none. Boxed on purpose: 8 bytes in the log
+    /// instead of 32, for the many small logs that never need a second block.
+    #[allow(clippy::box_collection)]
+    more: Option<Box<VecDeque<VecDeque<Chunk<T>>>>>,
+}
+
+impl<T> Index<T> {
+    const fn new() -> Self {
+        Index {
+            front: VecDeque::new(),
+            more: None,
+        }
+    }
+
+    /// Number of chunks.
+    fn len(&self) -> usize {
+        self.front.len()
+            + self.more.as_ref().map_or(0, |m| {
+                m.len().saturating_sub(1) * BLOCK + m.back().map_or(0, VecDeque::len)
+            })
+    }
+
+    fn get(&self, k: usize) -> Option<&Chunk<T>> {
+        match k.checked_sub(self.front.len()) {
+            None => self.front.get(k),
+            Some(r) => self.more.as_ref()?.get(r / BLOCK)?.get(r % BLOCK),
+        }
+    }
+
+    fn get_mut(&mut self, k: usize) -> Option<&mut Chunk<T>> {
+        match k.checked_sub(self.front.len()) {
+            None => self.front.get_mut(k),
+            Some(r) => self.more.as_mut()?.get_mut(r / BLOCK)?.get_mut(r % BLOCK),
+        }
+    }
+
+    fn first(&self) -> Option<&Chunk<T>> {
+        self.front.front()
+    }
+
+    fn last(&self) -> Option<&Chunk<T>> {
+        match self.more.as_ref().and_then(|m| m.back()) {
+            Some(block) => block.back(),
+            None => self.front.back(),
+        }
+    }
+
+    /// The number of leading chunks for which `pred` holds (true for a prefix). O(log n).
+    fn partition_point(&self, mut pred: impl FnMut(&Chunk<T>) -> bool) -> usize {
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.get(mid) {
+                Some(c) if pred(c) => lo = mid + 1,
+                _ => hi = mid,
+            }
+        }
+        lo
+    }
+
+    fn push_back(&mut self, chunk: Chunk<T>) {
+        let last = match self.more.as_deref_mut().and_then(VecDeque::back_mut) {
+            Some(block) => block,
+            None => &mut self.front,
+        };
+        if last.len() < BLOCK {
+            if last.len() == last.capacity() {
+                // Exact doubling from 1 up to a block, so that a small log's index is small.
+                last.reserve_exact(last.len().clamp(1, BLOCK - last.len()));
+            }
+            last.push_back(chunk);
+            return;
+        }
+        let more = self.more.get_or_insert_with(Box::default);
+        if more.len() == more.capacity() {
+            more.reserve_exact(more.len().max(1));
+        }
+        let mut block = VecDeque::new();
+        block.reserve_exact(1);
+        block.push_back(chunk);
+        more.push_back(block);
+    }
+
+    fn pop_front(&mut self) -> Option<Chunk<T>> {
+        let chunk = self.front.pop_front()?;
+        if self.front.is_empty() {
+            if let Some(more) = self.more.as_deref_mut() {
+                if let Some(next) = more.pop_front() {
+                    self.front = next;
+                }
+                if more.is_empty() {
+                    self.more = None;
+                }
+            }
+        }
+        self.shrink();
+        Some(chunk)
+    }
+
+    fn pop_back(&mut self) -> Option<Chunk<T>> {
+        let Some(more) = self.more.as_deref_mut() else {
+            let chunk = self.front.pop_back();
+            self.shrink();
+            return chunk;
+        };
+        let last = more.back_mut()?;
+        let chunk = last.pop_back();
+        if last.is_empty() {
+            more.pop_back();
+        }
+        if more.is_empty() {
+            self.more = None;
+        }
+        chunk
+    }
+
+    /// A log back to a single block gives back what that block no longer needs.
+    fn shrink(&mut self) {
+        let cap = self.front.capacity();
+        if self.more.is_none() && cap > 4 && self.front.len() < cap / 4 {
+            self.front.shrink_to(self.front.len() * 2);
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Chunk<T>> + '_ {
+        let more = self.more.iter().flat_map(|m| m.iter().flatten());
+        self.front.iter().chain(more)
+    }
+
+    /// Bytes of the index's own allocations, in O(1): the blocks of `more` but the last are
+    /// full, and were grown to exactly [`BLOCK`].
+    fn heap_size(&self) -> usize {
+        let d = std::mem::size_of::<Chunk<T>>();
+        let bytes = |n: usize| if n > 0 { class_ceil(n) } else { 0 };
+        let more = self.more.as_ref().map_or(0, |m| {
+            let last = m.back().map_or(0, |b| bytes(b.capacity() * d));
+            let full = m.len().saturating_sub(1) * bytes(BLOCK * d);
+            let outer = bytes(m.capacity() * std::mem::size_of::<VecDeque<Chunk<T>>>());
+            bytes(std::mem::size_of::<VecDeque<VecDeque<Chunk<T>>>>()) + outer + full + last
+        });
+        bytes(self.front.capacity() * d) + more
+    }
+
+    /// Number of the index's own allocations.
+    fn allocations(&self) -> usize {
+        usize::from(self.front.capacity() > 0) + self.more.as_ref().map_or(0, |m| 2 + m.len())
+    }
+}
+
 /// A deque of `T` in chunks; see the module documentation.
 pub struct Chunks<T> {
     /// Dead chunks, then the chunks holding values, then spare chunks, in position order.
-    index: VecDeque<Chunk<T>>,
+    index: Index<T>,
     /// Absolute position of the first value.
     head: u64,
     len: usize,
@@ -77,7 +238,7 @@ impl<T: Copy + Default> Chunks<T> {
     /// An empty deque; allocates nothing.
     pub const fn new() -> Self {
         Chunks {
-            index: VecDeque::new(),
+            index: Index::new(),
             head: 0,
             len: 0,
         }
@@ -98,13 +259,13 @@ impl<T: Copy + Default> Chunks<T> {
 
     /// One past the last slot of the last chunk.
     fn end(&self) -> u64 {
-        self.index.back().map_or(self.head, Chunk::end)
+        self.index.last().map_or(self.head, Chunk::end)
     }
 
     /// The chunk holding absolute position `p`, which must be inside some chunk.
     fn locate(&self, p: u64) -> usize {
         // Fast path: the last chunk (pushes, the newest values).
-        match self.index.back() {
+        match self.index.last() {
             Some(last) if last.start <= p => self.index.len() - 1,
             _ => self
                 .index
@@ -241,10 +402,6 @@ impl<T: Copy + Default> Chunks<T> {
 
     fn append_chunk(&mut self, slots: usize) {
         let start = self.end();
-        if self.index.len() == self.index.capacity() {
-            // Exact doubling from 1, so that a small log's index stays small.
-            self.index.reserve_exact(self.index.len().max(1));
-        }
         self.index.push_back(Chunk {
             start,
             slots: vec![T::default(); slots].into_boxed_slice(),
@@ -262,10 +419,7 @@ impl<T: Copy + Default> Chunks<T> {
         let start = self.end();
         if self.index.len() == 1 {
             // A single buffer regrown: free the old one now, so the index stays at one entry.
-            self.index.clear();
-        }
-        if self.index.len() == self.index.capacity() {
-            self.index.reserve_exact(self.index.len().max(1));
+            self.index.pop_front();
         }
         self.index.push_back(Chunk {
             start,
@@ -322,17 +476,13 @@ impl<T: Copy + Default> Chunks<T> {
     fn reclaim(&mut self) {
         let mut budget = FREES_PER_CALL;
         let tail = self.tail();
-        while budget > 0 && self.index.front().is_some_and(|c| c.end() <= self.head) {
+        while budget > 0 && self.index.first().is_some_and(|c| c.end() <= self.head) {
             self.index.pop_front();
             budget -= 1;
         }
-        while budget > 0 && self.index.back().is_some_and(|c| c.start >= tail) && self.len > 0 {
+        while budget > 0 && self.index.last().is_some_and(|c| c.start >= tail) && self.len > 0 {
             self.index.pop_back();
             budget -= 1;
-        }
-        let cap = self.index.capacity();
-        if cap > 4 && self.index.len() < cap / 4 {
-            self.index.shrink_to(self.index.len() * 2);
         }
     }
 
@@ -347,18 +497,17 @@ impl<T: Copy + Default> Chunks<T> {
 
     /// Bytes allocated for the chunks (unfreed ones included) and the index. O(1).
     pub fn heap_size(&self) -> usize {
-        let slots = match (self.index.front(), self.index.back()) {
+        let slots = match (self.index.first(), self.index.last()) {
             (Some(a), Some(b)) => (b.end() - a.start) as usize,
             _ => 0,
         };
-        let index = self.index.capacity() * std::mem::size_of::<Chunk<T>>();
-        slots * std::mem::size_of::<T>() + if index > 0 { class_ceil(index) } else { 0 }
+        slots * std::mem::size_of::<T>() + self.index.heap_size()
     }
 
     /// Number of heap allocations, what freeing everything costs: Redis frees values of more
     /// than 64 in its lazy-free thread.
     pub fn allocations(&self) -> usize {
-        self.index.len() + usize::from(self.index.capacity() > 0)
+        self.index.len() + self.index.allocations()
     }
 }
 
@@ -485,16 +634,25 @@ mod tests {
         assert_eq!(c.last().map(|w| w.0), model.last().copied());
         // The heap size is the sum of what the chunks and the index hold.
         let slots: usize = c.index.iter().map(|k| k.slots.len()).sum();
-        let index = c.index.capacity() * std::mem::size_of::<Chunk<Wide>>();
-        let expected =
-            slots * std::mem::size_of::<Wide>() + if index > 0 { class_ceil(index) } else { 0 };
-        assert_eq!(c.heap_size(), expected);
+        let bytes = |n: usize| if n > 0 { class_ceil(n) } else { 0 };
+        let d = std::mem::size_of::<Chunk<Wide>>();
+        let mut index = bytes(c.index.front.capacity() * d);
+        if let Some(more) = &c.index.more {
+            index += bytes(32) + bytes(more.capacity() * 32);
+            index += more.iter().map(|b| bytes(b.capacity() * d)).sum::<usize>();
+            // Every block of `more` but the last is full.
+            for b in more.iter().rev().skip(1) {
+                assert_eq!((b.len(), b.capacity()), (BLOCK, BLOCK));
+            }
+        }
+        assert_eq!(c.heap_size(), slots * std::mem::size_of::<Wide>() + index);
+        assert_eq!(c.index.iter().count(), c.index.len());
         // Chunks are contiguous and hold the values.
         for pair in c.index.iter().collect::<Vec<_>>().windows(2) {
             assert_eq!(pair[0].end(), pair[1].start);
         }
         if !model.is_empty() {
-            assert!(c.index.front().unwrap().start <= c.head);
+            assert!(c.index.first().unwrap().start <= c.head);
             assert!(c.tail() <= c.end());
         }
     }
@@ -624,7 +782,8 @@ mod tests {
         let n = 2_000_000;
         let mut c: Chunks<u64> = (0..n).collect();
         let chunks = c.allocations();
-        assert!(chunks > 200, "{chunks}");
+        assert!(chunks > 1000, "{chunks}");
+        assert!(c.index.more.is_some(), "an index of several blocks");
         let full = c.heap_size();
         // Keep the last quarter: most chunks are now dead, and one call frees only a few.
         c.drop_front(n as usize * 3 / 4);

@@ -39,7 +39,8 @@ struct Entry {
 /// A sliding log with the windows it last recorded under.
 #[derive(Clone, Debug)]
 pub struct SlidingLog {
-    windows: Vec<Window>,
+    /// Boxed rather than a `Vec`: 8 bytes fewer keep the log in a smaller allocation.
+    windows: Box<[Window]>,
     latest: Millis,
     /// The newest record's time (meaningless when there is none).
     newest: Millis,
@@ -56,7 +57,7 @@ impl SlidingLog {
     /// An empty log that will report with `windows` until it records under others.
     pub fn new(windows: &[Window]) -> Self {
         SlidingLog {
-            windows: windows.to_vec(),
+            windows: windows.into(),
             latest: 0,
             newest: 0,
             before_front: 0,
@@ -136,12 +137,12 @@ impl SlidingLog {
     /// Bytes held on the heap, for `MEMORY USAGE`, in O(1): the records' chunks (those not
     /// yet freed included), their index and the windows.
     pub fn heap_size(&self) -> usize {
-        self.windows.capacity() * std::mem::size_of::<Window>() + self.entries.heap_size()
+        std::mem::size_of_val(&*self.windows) + self.entries.heap_size()
     }
 
     /// Heap allocations held, what freeing the log costs (Redis's `free_effort`).
     pub fn allocations(&self) -> usize {
-        usize::from(self.windows.capacity() > 0) + self.entries.allocations()
+        usize::from(!self.windows.is_empty()) + self.entries.allocations()
     }
 
     /// Gives back up to `units` of the newest recorded units (never below empty), then answers
@@ -341,8 +342,8 @@ impl Limit for SlidingLog {
         if kept_units.saturating_add(cost) > MAX_LIMIT {
             return false;
         }
-        if self.windows != windows {
-            self.windows = windows.to_vec();
+        if *self.windows != *windows {
+            self.windows = windows.into();
         }
         self.latest = now;
         if cost == 0 {
@@ -445,6 +446,12 @@ mod tests {
 
     fn run_table(windows: &[Window], rows: &[crate::algo::table::Row]) {
         crate::algo::table::run(SlidingLog::new(windows), windows, T0, rows);
+    }
+
+    #[test]
+    fn a_log_fits_in_96_bytes() {
+        // The allocation class of a key's log; `MEMORY USAGE` of a small key depends on it.
+        assert!(std::mem::size_of::<SlidingLog>() <= 96);
     }
 
     #[test]

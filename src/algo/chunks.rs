@@ -110,6 +110,14 @@ impl<T> Index<T> {
         self.front.front()
     }
 
+    /// The chunk, when there is exactly one (as in most logs).
+    fn only(&self) -> Option<&Chunk<T>> {
+        match (&self.more, self.front.len()) {
+            (None, 1) => self.front.front(),
+            _ => None,
+        }
+    }
+
     fn last(&self) -> Option<&Chunk<T>> {
         match self.more.as_ref().and_then(|m| m.back()) {
             Some(block) => block.back(),
@@ -264,9 +272,10 @@ impl<T: Copy + Default> Chunks<T> {
 
     /// The chunk holding absolute position `p`, which must be inside some chunk.
     fn locate(&self, p: u64) -> usize {
-        // Fast path: the last chunk (pushes, the newest values).
-        match self.index.last() {
-            Some(last) if last.start <= p => self.index.len() - 1,
+        // Fast paths: the last chunk (pushes, the newest values), the first (the oldest).
+        match (self.index.first(), self.index.last()) {
+            (_, Some(last)) if last.start <= p => self.index.len() - 1,
+            (Some(first), _) if p < first.end() => 0,
             _ => self
                 .index
                 .partition_point(|c| c.start <= p)
@@ -280,7 +289,10 @@ impl<T: Copy + Default> Chunks<T> {
             return None;
         }
         let p = self.head + i as u64;
-        let c = self.index.get(self.locate(p))?;
+        let c = match self.index.last() {
+            Some(last) if last.start <= p => last,
+            _ => self.index.get(self.locate(p))?,
+        };
         c.slots.get((p - c.start) as usize)
     }
 
@@ -337,11 +349,19 @@ impl<T: Copy + Default> Chunks<T> {
     /// Like [`slice::partition_point`]: the number of leading values for which `pred` holds,
     /// `pred` being true for a prefix of the values and false after. O(log n).
     pub fn partition_point(&self, mut pred: impl FnMut(&T) -> bool) -> usize {
+        if let Some(c) = self.index.only() {
+            let lo = (self.head - c.start) as usize;
+            let values = c.slots.get(lo..lo + self.len).unwrap_or_default();
+            return values.partition_point(pred);
+        }
         if self.len == 0 {
             return 0;
         }
         let first = self.locate(self.head);
         let last = self.locate(self.tail() - 1);
+        if first == last {
+            return self.live(first).partition_point(pred);
+        }
         // How many chunks, from `first`, start with a value that satisfies `pred`.
         let (mut lo, mut hi) = (first, last + 1);
         while lo < hi {
@@ -362,6 +382,24 @@ impl<T: Copy + Default> Chunks<T> {
             .get(k)
             .map_or(self.head, |c| c.start.max(self.head));
         (start - self.head) as usize + within
+    }
+
+    /// Like [`Chunks::partition_point`], faster when the answer is within the first chunk
+    /// holding values (as when a few values at the front are about to be dropped): O(1) when
+    /// `pred` fails on the first value, O(log c) within that chunk of c values, else
+    /// O(log n).
+    pub fn leading(&self, mut pred: impl FnMut(&T) -> bool) -> usize {
+        let Some(first) = self.first() else {
+            return 0;
+        };
+        if !pred(first) {
+            return 0;
+        }
+        let front = self.live(self.locate(self.head));
+        match front.last() {
+            Some(v) if !pred(v) => front.partition_point(pred),
+            _ => self.partition_point(pred),
+        }
     }
 
     /// Appends `value`. Copies at most [`FIRST_MAX_BYTES`] (regrowing the first buffer), and
@@ -389,7 +427,10 @@ impl<T: Copy + Default> Chunks<T> {
         self.reclaim();
         let size = std::mem::size_of::<T>().max(1);
         let wanted = (self.len + 1) * size;
-        if self.index.len() <= 1 && wanted <= FIRST_MAX_BYTES {
+        if self.index.len() == 0 {
+            // The first value: nothing to copy.
+            self.append_chunk(class_ceil(wanted) / size);
+        } else if self.index.len() == 1 && wanted <= FIRST_MAX_BYTES {
             // One buffer: move the values into the next size class (or a smaller one, when
             // values left its front).
             self.relocate(class_ceil(wanted) / size);
@@ -432,6 +473,10 @@ impl<T: Copy + Default> Chunks<T> {
     /// [`FREES_PER_CALL`] chunks. Called with 0, it only frees what earlier calls left.
     pub fn drop_front(&mut self, n: usize) {
         let n = n.min(self.len);
+        if n == 0 {
+            self.reclaim();
+            return;
+        }
         self.head += n as u64;
         self.len -= n;
         self.settle();
@@ -450,13 +495,22 @@ impl<T: Copy + Default> Chunks<T> {
             // Everything is unused: mark every chunk dead.
             self.head = self.end();
         } else {
-            let held = self.held_bytes();
             let needed = class_ceil(self.len * size);
-            if needed <= MAX_CHUNK_BYTES && held > 2 * needed + MIN_CHUNK_BYTES {
+            let worth = |held: usize| held > 2 * needed + MIN_CHUNK_BYTES;
+            // All chunks (an O(1) sum) hold at least what the values' chunks hold.
+            if needed <= MAX_CHUNK_BYTES && worth(self.chunk_bytes()) && worth(self.held_bytes()) {
                 self.relocate(needed / size);
             }
         }
         self.reclaim();
+    }
+
+    /// Bytes of all chunks, freed or not yet.
+    fn chunk_bytes(&self) -> usize {
+        match (self.index.first(), self.index.last()) {
+            (Some(a), Some(b)) => (b.end() - a.start) as usize * std::mem::size_of::<T>(),
+            _ => 0,
+        }
     }
 
     /// Bytes of the chunks that hold values.
@@ -497,11 +551,7 @@ impl<T: Copy + Default> Chunks<T> {
 
     /// Bytes allocated for the chunks (unfreed ones included) and the index. O(1).
     pub fn heap_size(&self) -> usize {
-        let slots = match (self.index.first(), self.index.last()) {
-            (Some(a), Some(b)) => (b.end() - a.start) as usize,
-            _ => 0,
-        };
-        slots * std::mem::size_of::<T>() + self.index.heap_size()
+        self.chunk_bytes() + self.index.heap_size()
     }
 
     /// Number of heap allocations, what freeing everything costs: Redis frees values of more
@@ -709,10 +759,9 @@ mod tests {
                 .chain(kept.iter().step_by(5).copied())
                 .chain(kept.iter().step_by(5).map(|v| v + 1))
             {
-                prop_assert_eq!(
-                    sorted.partition_point(|w| w.0 < x),
-                    kept.partition_point(|v| *v < x)
-                );
+                let want = kept.partition_point(|v| *v < x);
+                prop_assert_eq!(sorted.partition_point(|w| w.0 < x), want);
+                prop_assert_eq!(sorted.leading(|w| w.0 < x), want);
             }
             let copy = c.clone();
             check(&copy, &model);
@@ -730,7 +779,9 @@ mod tests {
             c.drop_front(dropped);
             let kept = &values[dropped.min(n)..];
             for x in probes.into_iter().map(|p| p % (2 * n as u64 + 3)) {
-                prop_assert_eq!(c.partition_point(|w| w.0 < x), kept.partition_point(|v| *v < x));
+                let want = kept.partition_point(|v| *v < x);
+                prop_assert_eq!(c.partition_point(|w| w.0 < x), want);
+                prop_assert_eq!(c.leading(|w| w.0 < x), want);
             }
         }
     }

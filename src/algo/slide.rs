@@ -187,7 +187,7 @@ impl SlidingLog {
 
     /// The newest record's time, `None` when the log is empty.
     fn newest(&self) -> Option<Millis> {
-        self.entries.last().map(|_| self.newest)
+        (!self.entries.is_empty()).then_some(self.newest)
     }
 
     /// Units in the records from the first through `e`.
@@ -240,7 +240,7 @@ impl SlidingLog {
     /// chunks (see [`Chunks::drop_front`]); called with nothing to drop, it frees some of
     /// what earlier calls left.
     fn trim_before(&mut self, cutoff: Millis) {
-        let n = self.entries.partition_point(|e| self.ts(e) < cutoff);
+        let n = self.entries.leading(|e| self.ts(e) < cutoff);
         if let Some(last_dropped) = n.checked_sub(1).and_then(|i| self.entries.get(i)) {
             self.before_front = last_dropped.cum;
         }
@@ -250,18 +250,15 @@ impl SlidingLog {
     /// Adds `units` at `now`, no earlier than the newest record: merged into it when in the
     /// same millisecond.
     fn push(&mut self, now: Millis, units: u32) {
-        let newest = self.newest();
-        if let Some(back) = self.entries.last_mut() {
-            if newest == Some(now) {
+        let same_ms = self.newest() == Some(now);
+        let cum = match self.entries.last_mut() {
+            Some(back) if same_ms => {
                 back.cum = back.cum.wrapping_add(units);
                 return;
             }
-        }
-        let cum = self
-            .entries
-            .last()
-            .map_or(self.before_front, |e| e.cum)
-            .wrapping_add(units);
+            Some(back) => back.cum.wrapping_add(units),
+            None => self.before_front.wrapping_add(units),
+        };
         self.entries.push_back(Entry {
             at: now as u32, // the low bits, see `ts`
             cum,

@@ -424,7 +424,6 @@ impl<T: Copy + Default> Chunks<T> {
 
     /// Makes room for one more value at the back, where there is no spare chunk.
     fn grow(&mut self) {
-        self.reclaim();
         let size = std::mem::size_of::<T>().max(1);
         let wanted = (self.len + 1) * size;
         if self.index.len() == 0 {

@@ -66,15 +66,22 @@ impl BigLog {
         }
     }
 
-    /// Stores the log in `key` from a connection of its own (closed at once, so that its
-    /// query buffer does not stay in `used_memory`).
+    /// Stores the log in `key` from a connection of its own, and waits until the server has
+    /// closed it: freeing its query buffer (the payload, megabytes) takes the main thread a
+    /// millisecond, which must not land in the next call's figures, nor stay in `used_memory`.
     fn restore(&self, server: &Server, key: &str) {
+        let mut watch = server.conn();
+        let clients = info_field(&mut watch, "connected_clients");
         let mut c = server.conn();
         let _: () = redis::cmd("RL.RESTORE")
             .arg(key)
             .arg(&self.payload[..])
             .query(&mut c)
             .expect("RL.RESTORE");
+        drop(c);
+        wait_until("the restoring connection to close", 10, || {
+            info_field(&mut watch, "connected_clients") == clients
+        });
     }
 
     /// [`BigLog::restore`], returning the call's server time.

@@ -254,7 +254,12 @@ fn pipelined(
 /// Calls timed one by one after a big trim.
 const AFTER_TRIM: u64 = 100;
 
-const ROWS: [&str; 17] = [
+/// A Lua loop that keeps the main thread busy for some 50 to 100 microseconds: the noise
+/// floor of the machine for a call of that length (the same loop takes longer only when the
+/// machine takes the CPU away).
+const BUSY_LOOP: &str = "local x = 0 for i = 1, 20000 do x = x + i end return x";
+
+const ROWS: [&str; 18] = [
     "RL.RESTORE of the whole key (O(n), like RESTORE)",
     "RL.SLIDE adding a record (BIGKEYS_PUSHES calls in a row)",
     "99.9% of those calls took at most",
@@ -272,6 +277,7 @@ const ROWS: [&str; 17] = [
     "DEL (frees on the main thread)",
     "UNLINK",
     "UNLINK: freed by the lazy-free thread",
+    "control: a Lua loop (EVAL), as many calls as the after-trim row: the machine's jitter",
 ];
 
 fn timings(server: &Server, sizes: &[u64], repeat: usize, pushes: u64) -> Vec<Row> {
@@ -333,6 +339,10 @@ fn timings(server: &Server, sizes: &[u64], repeat: usize, pushes: u64) -> Vec<Ro
             (14, words("DEL k")),
         ];
         let mut lazy = 0;
+        for _ in 0..repeat * AFTER_TRIM as usize {
+            let busy = vec!["EVAL".to_string(), BUSY_LOOP.to_string(), "0".to_string()];
+            costs[17].add(timed(&mut c, &main, &busy));
+        }
         for _ in 0..repeat {
             for (row, call) in &cases {
                 log.restore(server, "k");
@@ -355,7 +365,7 @@ fn timings(server: &Server, sizes: &[u64], repeat: usize, pushes: u64) -> Vec<Ro
         }
         run(&mut c, &["DEL", "k"]).expect("DEL");
         for (i, (row, cost)) in rows.iter_mut().zip(costs).enumerate() {
-            if i == ROWS.len() - 1 {
+            if i == 16 {
                 row.cells.push(format!("{lazy} of {repeat}"));
                 row.cells.push(String::new());
             } else {

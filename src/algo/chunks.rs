@@ -125,6 +125,13 @@ impl<T> Index<T> {
         }
     }
 
+    fn last_mut(&mut self) -> Option<&mut Chunk<T>> {
+        match self.more.as_deref_mut().and_then(VecDeque::back_mut) {
+            Some(block) => block.back_mut(),
+            None => self.front.back_mut(),
+        }
+    }
+
     /// The number of leading chunks for which `pred` holds (true for a prefix). O(log n).
     fn partition_point(&self, mut pred: impl FnMut(&Chunk<T>) -> bool) -> usize {
         let (mut lo, mut hi) = (0, self.len());
@@ -410,6 +417,16 @@ impl<T: Copy + Default> Chunks<T> {
             self.grow();
         }
         let p = self.tail();
+        // Usually into the last chunk.
+        if let Some(last) = self.index.last_mut() {
+            if last.start <= p {
+                if let Some(slot) = last.slots.get_mut((p - last.start) as usize) {
+                    *slot = value;
+                    self.len += 1;
+                    return;
+                }
+            }
+        }
         let k = self.locate(p);
         let slot = self
             .index

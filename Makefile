@@ -18,7 +18,7 @@ define apt_install
 	fi
 endef
 
-.PHONY: help deps build run cluster cluster-stop test bench bench-instr bench-memory accuracy fuzz lint fmt clean
+.PHONY: help deps build run cluster cluster-stop test bench bench-instr bench-memory bigkeys accuracy fuzz lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
@@ -51,6 +51,9 @@ bench-instr: build ## Instructions per call under callgrind, a table with ratios
 
 bench-memory: build ## Memory per key over 1,000,000 keys of each kind, and DEBUG RELOAD time
 	bench/memory.sh
+
+bigkeys: build ## RL.SLIDE keys of 1M to 10M records: SLOWLOG and CPU time per call, memory per record (a table)
+	cargo run --release --example bigkeys
 
 accuracy: build ## RL.SUBWIN against the exact RL.SLIDE on simulated traffic (a table)
 	cargo run --release --example accuracy

@@ -28,7 +28,7 @@ pub static LIMITER_TYPE: RedisType = RedisType::new(
         aux_load: None,
         aux_save: None,
         aux_save_triggers: 0,
-        free_effort: None,
+        free_effort: Some(free_effort),
         unlink: None,
         copy: Some(copy),
         defrag: None,
@@ -127,6 +127,18 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
     })
 }
 
+/// What freeing `value` costs, in allocations: above 64, Redis frees it in its lazy-free
+/// thread when it can (UNLINK; DEL, expiry and eviction with the matching `lazyfree-lazy-*`
+/// option), so that deleting a log of millions of records does not stall the server.
+unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *const c_void) -> usize {
+    guard("free_effort", 1, || {
+        limiter(value).map_or(1, |l| l.allocations())
+    })
+}
+
+/// May run in Redis's lazy-free thread, concurrently with commands: it only hands memory back
+/// to the allocator (thread-safe) and touches no other state (a panic is logged with no
+/// context, which Redis allows from any thread).
 unsafe extern "C" fn free(value: *mut c_void) {
     if !value.is_null() {
         guard("free", (), || drop(value::from_raw(value)));

@@ -98,7 +98,7 @@ static COMMANDS: [Info; 9] = [
     Info {
         name: "RL.SLIDE",
         summary: "Exact sliding-window rate limit over one or more (limit, window) pairs; records the request when every window allows it",
-        complexity: "O(log N) where N is the number of milliseconds with recorded requests in the longest window, plus the records that leave it",
+        complexity: "O(log N) where N is the number of milliseconds with recorded requests in the longest window; records that leave it are dropped in O(log N) and their memory freed a bounded amount per call",
         arity: -4,
         read_only: false,
         args: &[
@@ -126,7 +126,7 @@ static COMMANDS: [Info; 9] = [
     Info {
         name: "RL.REFUND",
         summary: "Gives back units recorded earlier, newest first, for requests that did not count",
-        complexity: "O(M + log N) where M is the number of records given back",
+        complexity: "O(log N) for a refund of any size; memory is freed a bounded amount per call",
         arity: -2,
         read_only: false,
         args: &[KEY, COST, NOW],

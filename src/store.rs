@@ -120,10 +120,15 @@ impl<'a> Key<'a> {
         u64::try_from(at).ok()
     }
 
+    /// Deletes the key, as UNLINK does: a big value (a log of many records, see the type's
+    /// `free_effort`) is freed by Redis's lazy-free thread, so emptying one with a refund
+    /// does not stall the server; small ones are freed at once.
     pub fn delete(&self) {
         // SAFETY: the key is open for writing.
         unsafe {
-            if let Some(del) = raw::RedisModule_DeleteKey {
+            if let Some(unlink) = raw::RedisModule_UnlinkKey {
+                unlink(self.key);
+            } else if let Some(del) = raw::RedisModule_DeleteKey {
                 del(self.key);
             }
         }

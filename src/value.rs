@@ -25,9 +25,10 @@
 //! A state without a retention is always written as version 1, byte for byte as before
 //! version 2 existed; the other kinds have no version 2.
 //!
-//! In memory, a key's module value is a thin pointer: a `Box<Limiter>` for kinds 1 to 4, and
-//! for kind 5 the sub-interval window's own block of words, tagged with the pointer's low
-//! bit, so that such a key costs its block and nothing more (see [`into_raw`]).
+//! In memory, a key's module value is a thin pointer: a `Box<Limiter>` for kinds 2 to 4; for
+//! kind 5 the sub-interval window's own block of words, tagged with the pointer's low bit, so
+//! that such a key costs its block and nothing more; for kind 1 the sliding log's own box,
+//! tagged with the next bit (see [`into_raw`]).
 //!
 //! The encoding is canonical (the same logical state always gives the same bytes), so it
 //! also serves as the digest.
@@ -205,14 +206,23 @@ impl Limiter {
     /// allocator may round each allocation up to its size class).
     pub fn mem_usage(&self) -> usize {
         match self {
-            Limiter::Slide(log) => {
-                std::mem::size_of::<Self>() + std::mem::size_of::<SlidingLog>() + log.heap_size()
-            }
+            // Held by the key without a `Box<Limiter>`, see `into_raw`.
+            Limiter::Slide(log) => std::mem::size_of::<SlidingLog>() + log.heap_size(),
             Limiter::Token(_) | Limiter::Leaky(_) | Limiter::Fixed(_) => {
                 std::mem::size_of::<Self>()
             }
             // Held by the key without a box, see `into_raw`.
             Limiter::Subwin(w) => w.heap_size(),
+        }
+    }
+
+    /// Heap allocations held, what freeing the value costs: Redis frees a value of more
+    /// than 64 in its lazy-free thread (UNLINK, and DEL, expiry or eviction when the
+    /// server's lazyfree options say so).
+    pub fn allocations(&self) -> usize {
+        match self {
+            Limiter::Slide(log) => 1 + log.allocations(),
+            _ => 1,
         }
     }
 
@@ -236,10 +246,9 @@ impl Limiter {
                 put_varint(&mut out, log.latest());
                 put_windows(&mut out, log.windows());
                 put_retention(&mut out);
-                let records: Vec<(Millis, u64)> = log.records().collect();
-                put_varint(&mut out, records.len() as u64);
+                put_varint(&mut out, log.len() as u64);
                 let mut prev = 0;
-                for (at, units) in records {
+                for (at, units) in log.records() {
                     put_varint(&mut out, at - prev);
                     put_varint(&mut out, units);
                     prev = at;
@@ -305,16 +314,21 @@ impl Limiter {
                 let windows = get_windows(&mut r)?;
                 let retention = get_retention(&mut r)?;
                 let n = r.count(2)?;
-                let mut records = Vec::with_capacity(n);
+                // Records are read as the log takes them, so that a big one is not held twice.
                 let mut at: u64 = 0;
-                for _ in 0..n {
-                    at = at
-                        .checked_add(r.varint()?)
-                        .ok_or(Malformed("time overflows"))?;
-                    records.push((at, r.varint()?));
+                let mut bad = None;
+                let records = (0..n).map_while(|_| {
+                    let record = r.varint().and_then(|delta| {
+                        at = at.checked_add(delta).ok_or(Malformed("time overflows"))?;
+                        Ok((at, r.varint()?))
+                    });
+                    record.map_err(|e| bad = Some(e)).ok()
+                });
+                let log = SlidingLog::from_records(windows, latest, records);
+                if let Some(e) = bad {
+                    return Err(e);
                 }
-                let mut log = SlidingLog::from_records(windows, latest, records)
-                    .map_err(|e| Malformed(e.0))?;
+                let mut log = log.map_err(|e| Malformed(e.0))?;
                 if let Some((keep_ms, until)) = retention {
                     log = log
                         .with_retention(keep_ms, until)
@@ -389,6 +403,10 @@ impl Limiter {
 /// The low bit of a module value that holds a sub-interval window's block directly. Both
 /// layouts are at least 4-byte aligned, so the bit is otherwise always 0.
 const THIN: usize = 1;
+/// The next bit: a module value that is a sliding log's own box. `Limiter` and `SlidingLog`
+/// are 8-byte aligned, and a tagged sub-interval block never has this bit.
+const THIN_SLIDE: usize = 2;
+const TAGS: usize = THIN | THIN_SLIDE;
 
 /// Turns a limiter into the pointer a key holds; [`from_raw`] or [`borrow_raw`] read it back.
 pub fn into_raw(limiter: Limiter) -> *mut c_void {
@@ -397,6 +415,7 @@ pub fn into_raw(limiter: Limiter) -> *mut c_void {
             let block = Box::into_raw(w.into_words()).cast::<u32>();
             block.map_addr(|a| a | THIN).cast()
         }
+        Limiter::Slide(log) => Box::into_raw(log).map_addr(|a| a | THIN_SLIDE).cast(),
         other => Box::into_raw(Box::new(other)).cast(),
     }
 }
@@ -407,7 +426,11 @@ pub fn into_raw(limiter: Limiter) -> *mut c_void {
 /// `raw` must come from [`into_raw`] and not have been freed; the caller owns the result, so
 /// nothing may use `raw` afterwards.
 pub unsafe fn from_raw(raw: *mut c_void) -> Limiter {
-    if raw.addr() & THIN != 0 {
+    if raw.addr() & TAGS == THIN_SLIDE {
+        let log = raw.map_addr(|a| a & !THIN_SLIDE).cast::<SlidingLog>();
+        // SAFETY: a pointer tagged THIN_SLIDE is a Box<SlidingLog> from `into_raw`.
+        Limiter::Slide(unsafe { Box::from_raw(log) })
+    } else if raw.addr() & TAGS == THIN {
         let block = raw.map_addr(|a| a & !THIN).cast::<u32>();
         // SAFETY: a tagged pointer is a block from `into_words`, whose first word gives
         // its length.
@@ -426,7 +449,8 @@ pub unsafe fn from_raw(raw: *mut c_void) -> Limiter {
 /// replaced through this borrow (store a new value in the key instead).
 pub enum Held<'a> {
     Boxed(&'a mut Limiter),
-    /// Rebuilt around the key's block, never dropped: the key still owns the block.
+    /// Rebuilt around the key's block (or the sliding log's box), never dropped: the key
+    /// still owns it.
     Thin(ManuallyDrop<Limiter>, PhantomData<&'a mut Limiter>),
 }
 
@@ -438,8 +462,8 @@ pub enum Held<'a> {
 pub unsafe fn borrow_raw<'a>(raw: *mut c_void) -> Option<Held<'a>> {
     if raw.is_null() {
         None
-    } else if raw.addr() & THIN != 0 {
-        // SAFETY: as for `from_raw`; ManuallyDrop keeps the block with the key.
+    } else if raw.addr() & TAGS != 0 {
+        // SAFETY: as for `from_raw`; ManuallyDrop keeps the block (or box) with the key.
         let limiter = unsafe { from_raw(raw) };
         Some(Held::Thin(ManuallyDrop::new(limiter), PhantomData))
     } else {
@@ -699,6 +723,30 @@ mod tests {
         assert_eq!(boxed.addr() & THIN, 0);
         // SAFETY: as above.
         assert_eq!(unsafe { from_raw(boxed) }.encode(), FIXED_V1);
+    }
+
+    #[test]
+    fn a_sliding_log_is_held_by_its_own_box() {
+        assert!(std::mem::align_of::<SlidingLog>() >= 4);
+        let raw = into_raw(sample());
+        assert_eq!(raw.addr() & TAGS, THIN_SLIDE);
+        let ws = [Window {
+            limit: 10,
+            window_ms: 1000,
+        }];
+        // SAFETY: `raw` was just made by `into_raw` and is used by nothing else.
+        unsafe {
+            {
+                let mut held = borrow_raw(raw).unwrap();
+                let log = held.slide_mut().unwrap();
+                assert!(log.acquire(T0 + 302, &ws, 1).allowed);
+                // The log's box, its windows, its one chunk and the chunks' index.
+                assert_eq!(held.allocations(), 4);
+            }
+            let mut log = from_raw(raw);
+            assert_eq!(log.peek(T0 + 302).remaining, 4);
+            assert_eq!(log.slide_mut().map(|l| l.len()), Some(5));
+        }
     }
 
     #[test]

@@ -200,8 +200,13 @@ fn decisions_reach_the_aof_as_one_effect_argument() {
         &mut c,
         &format!("RL.LEAKY lk 10 1000 BURST 1 MAXDELAY 500 NOW {t}"),
     );
-    let aof = std::fs::read_to_string(server.path("appendonlydir/appendonly.aof.1.incr.aof"))
-        .expect("the incremental AOF");
+    let path = server.path("appendonlydir/appendonly.aof.1.incr.aof");
+    // Redis may hold the write back for a moment (appendfsync everysec): wait for the last.
+    let mut aof = String::new();
+    wait_until("the AOF to hold the calls", 10, || {
+        aof = std::fs::read_to_string(&path).unwrap_or_default();
+        aof.contains("RL.LEAKY")
+    });
     for effect in [
         // Options at their defaults (COST 1, BURST = limit, a leaky bucket's BURST 1) are
         // left out; the others are resolved.

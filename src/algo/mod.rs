@@ -2,6 +2,7 @@
 //! [`Decision`]. Nothing in here knows about Redis, reads a clock or allocates through the
 //! Redis allocator, so every algorithm is unit-tested on a fake clock.
 
+pub mod chunks;
 pub mod fixed;
 pub mod gcra;
 pub mod slide;

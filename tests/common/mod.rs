@@ -217,6 +217,11 @@ impl Server {
         }
     }
 
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
     }
@@ -313,4 +318,49 @@ pub fn slide_in_multi_and_lua(c: &mut Connection) -> (Vec<Vec<i64>>, Vec<i64>) {
         .query(c)
         .expect("EVAL");
     (multi, lua)
+}
+
+/// Appends `v` as a LEB128 varint, as the module's encoding does (src/codec.rs).
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// An `RL.RESTORE` payload for a sliding log (encoding version 1, kind 1, see src/value.rs):
+/// `latest`, the `(limit, window_ms)` pairs, and the `(timestamp, units)` records, oldest
+/// first. Builds a log of millions of records in one command, where recording them would
+/// take as many calls.
+pub fn slide_payload(
+    latest: u64,
+    windows: &[(u64, u64)],
+    records: impl ExactSizeIterator<Item = (u64, u64)>,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + 3 * records.len());
+    out.extend_from_slice(&[1, 1]);
+    put_varint(&mut out, latest);
+    put_varint(&mut out, windows.len() as u64);
+    for (limit, window_ms) in windows {
+        put_varint(&mut out, *limit);
+        put_varint(&mut out, *window_ms);
+    }
+    put_varint(&mut out, records.len() as u64);
+    let mut prev = 0;
+    for (at, units) in records {
+        put_varint(&mut out, at - prev);
+        put_varint(&mut out, units);
+        prev = at;
+    }
+    out
+}
+
+/// A field of `INFO` (`lazyfreed_objects`, `used_memory`, ...) as an integer.
+pub fn info_field(c: &mut Connection, field: &str) -> i64 {
+    let info = text(c, &["INFO", "everything"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no integer {field} in INFO"))
 }

@@ -269,7 +269,7 @@ fn token_as<A: AsBytes>(ctx: &Context, key: Arg, args: &[A], mode: Mode) -> Resu
     let resolved = [("BURST", p.burst, args::token_burst_default(p.limit))];
     let shape = (
         Kind::Token,
-        Limiter::Token as fn(Gcra) -> Limiter,
+        (|g| Limiter::Token(Box::new(g))) as fn(Gcra) -> Limiter,
         Limiter::token_mut as _,
     );
     bucket(ctx, key, args, mode, req, &resolved, shape)
@@ -292,7 +292,7 @@ fn leaky_as<A: AsBytes>(ctx: &Context, key: Arg, args: &[A], mode: Mode) -> Resu
     ];
     let shape = (
         Kind::Leaky,
-        Limiter::Leaky as fn(Gcra) -> Limiter,
+        (|g| Limiter::Leaky(Box::new(g))) as fn(Gcra) -> Limiter,
         Limiter::leaky_mut as _,
     );
     bucket(ctx, key, args, mode, req, &resolved, shape)
@@ -322,7 +322,7 @@ fn fixed_as<A: AsBytes>(ctx: &Context, key: Arg, args: &[A], mode: Mode) -> Resu
         args,
         call,
         fresh,
-        Limiter::Fixed,
+        |w| Limiter::Fixed(Box::new(w)),
         Limiter::fixed_mut,
     )
 }

@@ -38,6 +38,7 @@ use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 
+use crate::algo::chunks::class_ceil;
 use crate::algo::fixed::{self, FixedWindow};
 use crate::algo::gcra::{Gcra, Params};
 use crate::algo::slide::SlidingLog;
@@ -104,14 +105,14 @@ impl Kind {
     }
 }
 
-/// What an `RL.*` key holds. The sliding log is boxed so that buckets, which are most keys
-/// of a large deployment, stay small.
+/// What an `RL.*` key holds: each kind in one allocation of its own, which the key points
+/// to directly (see [`into_raw`]).
 #[derive(Clone, Debug)]
 pub enum Limiter {
     Slide(Box<SlidingLog>),
-    Token(Gcra),
-    Leaky(Gcra),
-    Fixed(FixedWindow),
+    Token(Box<Gcra>),
+    Leaky(Box<Gcra>),
+    Fixed(Box<FixedWindow>),
     Subwin(SubWindow),
 }
 
@@ -135,21 +136,21 @@ impl Limiter {
 
     pub fn token_mut(&mut self) -> Option<&mut Gcra> {
         match self {
-            Limiter::Token(g) => Some(g),
+            Limiter::Token(g) => Some(g.as_mut()),
             _ => None,
         }
     }
 
     pub fn leaky_mut(&mut self) -> Option<&mut Gcra> {
         match self {
-            Limiter::Leaky(g) => Some(g),
+            Limiter::Leaky(g) => Some(g.as_mut()),
             _ => None,
         }
     }
 
     pub fn fixed_mut(&mut self) -> Option<&mut FixedWindow> {
         match self {
-            Limiter::Fixed(w) => Some(w),
+            Limiter::Fixed(w) => Some(w.as_mut()),
             _ => None,
         }
     }
@@ -202,18 +203,17 @@ impl Limiter {
         }
     }
 
-    /// Bytes this value holds, for `MEMORY USAGE`: what the module allocated for it (the
-    /// allocator may round each allocation up to its size class).
+    /// Bytes this value costs, for `MEMORY USAGE`: what Redis allocates around a module value
+    /// and what the module allocated for it, each allocation rounded up to its size class as
+    /// the allocator does. (Redis adds the key's name and its dictionary entry.)
     pub fn mem_usage(&self) -> usize {
-        match self {
-            // Held by the key without a `Box<Limiter>`, see `into_raw`.
-            Limiter::Slide(log) => std::mem::size_of::<SlidingLog>() + log.heap_size(),
-            Limiter::Token(_) | Limiter::Leaky(_) | Limiter::Fixed(_) => {
-                std::mem::size_of::<Self>()
-            }
-            // Held by the key without a box, see `into_raw`.
-            Limiter::Subwin(w) => w.heap_size(),
-        }
+        let own = match self {
+            Limiter::Slide(log) => class_ceil(std::mem::size_of::<SlidingLog>()) + log.heap_size(),
+            Limiter::Token(_) | Limiter::Leaky(_) => class_ceil(std::mem::size_of::<Gcra>()),
+            Limiter::Fixed(_) => class_ceil(std::mem::size_of::<FixedWindow>()),
+            Limiter::Subwin(w) => class_ceil(w.heap_size()),
+        };
+        VALUE_OBJECT + own
     }
 
     /// Heap allocations held, what freeing the value costs: Redis frees a value of more
@@ -349,9 +349,9 @@ impl Limiter {
                 }
                 let g = Gcra::from_parts(p, latest, debt).map_err(|e| Malformed(e.0))?;
                 if tag == 2 {
-                    Limiter::Token(g)
+                    Limiter::Token(Box::new(g))
                 } else {
-                    Limiter::Leaky(g)
+                    Limiter::Leaky(Box::new(g))
                 }
             }
             4 => {
@@ -369,7 +369,7 @@ impl Limiter {
                 };
                 let w =
                     FixedWindow::from_parts(p, latest, end, count).map_err(|e| Malformed(e.0))?;
-                Limiter::Fixed(w)
+                Limiter::Fixed(Box::new(w))
             }
             5 => {
                 let latest = r.varint()?;
@@ -400,23 +400,42 @@ impl Limiter {
     }
 }
 
-/// The low bit of a module value that holds a sub-interval window's block directly. Both
-/// layouts are at least 4-byte aligned, so the bit is otherwise always 0.
-const THIN: usize = 1;
-/// The next bit: a module value that is a sliding log's own box. `Limiter` and `SlidingLog`
-/// are 8-byte aligned, and a tagged sub-interval block never has this bit.
-const THIN_SLIDE: usize = 2;
-const TAGS: usize = THIN | THIN_SLIDE;
+/// What Redis allocates around every module value: its object (16 bytes) and the module
+/// value (16: the type and the pointer to the limiter).
+const VALUE_OBJECT: usize = 32;
+
+/// How a key's module value says which kind it holds: one allocation per key, the kind in
+/// the pointer's low bits. Bit 0 set: a sub-interval window's block of words (4-byte
+/// aligned, so only bit 0 is free). Bit 0 clear: the kind's own box (8-byte aligned), the
+/// kind in bits 1 and 2.
+const SUBWIN_BLOCK: usize = 1;
+const FIXED_BOX: usize = 0;
+const SLIDE_BOX: usize = 2;
+const TOKEN_BOX: usize = 4;
+const LEAKY_BOX: usize = 6;
+const BOX_TAGS: usize = 6;
+
+// Boxes keep bits 1 and 2 free.
+const _: () = assert!(
+    std::mem::align_of::<SlidingLog>() >= 8
+        && std::mem::align_of::<Gcra>() >= 8
+        && std::mem::align_of::<FixedWindow>() >= 8
+);
 
 /// Turns a limiter into the pointer a key holds; [`from_raw`] or [`borrow_raw`] read it back.
 pub fn into_raw(limiter: Limiter) -> *mut c_void {
+    fn tagged<T>(b: Box<T>, tag: usize) -> *mut c_void {
+        Box::into_raw(b).map_addr(|a| a | tag).cast()
+    }
     match limiter {
         Limiter::Subwin(w) => {
             let block = Box::into_raw(w.into_words()).cast::<u32>();
-            block.map_addr(|a| a | THIN).cast()
+            block.map_addr(|a| a | SUBWIN_BLOCK).cast()
         }
-        Limiter::Slide(log) => Box::into_raw(log).map_addr(|a| a | THIN_SLIDE).cast(),
-        other => Box::into_raw(Box::new(other)).cast(),
+        Limiter::Slide(log) => tagged(log, SLIDE_BOX),
+        Limiter::Token(g) => tagged(g, TOKEN_BOX),
+        Limiter::Leaky(g) => tagged(g, LEAKY_BOX),
+        Limiter::Fixed(w) => tagged(w, FIXED_BOX),
     }
 }
 
@@ -426,33 +445,32 @@ pub fn into_raw(limiter: Limiter) -> *mut c_void {
 /// `raw` must come from [`into_raw`] and not have been freed; the caller owns the result, so
 /// nothing may use `raw` afterwards.
 pub unsafe fn from_raw(raw: *mut c_void) -> Limiter {
-    if raw.addr() & TAGS == THIN_SLIDE {
-        let log = raw.map_addr(|a| a & !THIN_SLIDE).cast::<SlidingLog>();
-        // SAFETY: a pointer tagged THIN_SLIDE is a Box<SlidingLog> from `into_raw`.
-        Limiter::Slide(unsafe { Box::from_raw(log) })
-    } else if raw.addr() & TAGS == THIN {
-        let block = raw.map_addr(|a| a & !THIN).cast::<u32>();
-        // SAFETY: a tagged pointer is a block from `into_words`, whose first word gives
-        // its length.
+    if raw.addr() & SUBWIN_BLOCK != 0 {
+        let block = raw.map_addr(|a| a & !SUBWIN_BLOCK).cast::<u32>();
+        // SAFETY: a pointer with bit 0 set is a block from `into_words`, whose first word
+        // gives its length.
         let words = unsafe {
             let len = subwin::block_len(*block);
             Box::from_raw(std::ptr::slice_from_raw_parts_mut(block, len))
         };
-        Limiter::Subwin(SubWindow::from_words(words))
-    } else {
-        // SAFETY: an untagged pointer is a Box<Limiter> from `into_raw`.
-        *unsafe { Box::from_raw(raw.cast::<Limiter>()) }
+        return Limiter::Subwin(SubWindow::from_words(words));
+    }
+    let untagged = raw.map_addr(|a| a & !BOX_TAGS);
+    // SAFETY: otherwise the tag says which box `into_raw` made.
+    unsafe {
+        match raw.addr() & BOX_TAGS {
+            SLIDE_BOX => Limiter::Slide(Box::from_raw(untagged.cast())),
+            TOKEN_BOX => Limiter::Token(Box::from_raw(untagged.cast())),
+            LEAKY_BOX => Limiter::Leaky(Box::from_raw(untagged.cast())),
+            _ => Limiter::Fixed(Box::from_raw(untagged.cast())),
+        }
     }
 }
 
-/// A limiter lent by the key that owns it: changes are made in place. It must not be
-/// replaced through this borrow (store a new value in the key instead).
-pub enum Held<'a> {
-    Boxed(&'a mut Limiter),
-    /// Rebuilt around the key's block (or the sliding log's box), never dropped: the key
-    /// still owns it.
-    Thin(ManuallyDrop<Limiter>, PhantomData<&'a mut Limiter>),
-}
+/// A limiter lent by the key that owns it: rebuilt around the key's allocation and never
+/// dropped (the key still owns it), so changes are made in place. It must not be replaced
+/// through this borrow (store a new value in the key instead).
+pub struct Held<'a>(ManuallyDrop<Limiter>, PhantomData<&'a mut Limiter>);
 
 /// Borrows the limiter behind `raw`, `None` for a null pointer.
 ///
@@ -461,34 +479,24 @@ pub enum Held<'a> {
 /// the borrow lasts.
 pub unsafe fn borrow_raw<'a>(raw: *mut c_void) -> Option<Held<'a>> {
     if raw.is_null() {
-        None
-    } else if raw.addr() & TAGS != 0 {
-        // SAFETY: as for `from_raw`; ManuallyDrop keeps the block (or box) with the key.
-        let limiter = unsafe { from_raw(raw) };
-        Some(Held::Thin(ManuallyDrop::new(limiter), PhantomData))
-    } else {
-        // SAFETY: an untagged pointer is a live Box<Limiter>, not otherwise in use.
-        unsafe { raw.cast::<Limiter>().as_mut() }.map(Held::Boxed)
+        return None;
     }
+    // SAFETY: as for `from_raw`; ManuallyDrop keeps the allocation with the key.
+    let limiter = unsafe { from_raw(raw) };
+    Some(Held(ManuallyDrop::new(limiter), PhantomData))
 }
 
 impl Deref for Held<'_> {
     type Target = Limiter;
 
     fn deref(&self) -> &Limiter {
-        match self {
-            Held::Boxed(l) => l,
-            Held::Thin(l, _) => l,
-        }
+        &self.0
     }
 }
 
 impl DerefMut for Held<'_> {
     fn deref_mut(&mut self) -> &mut Limiter {
-        match self {
-            Held::Boxed(l) => l,
-            Held::Thin(l, _) => l,
-        }
+        &mut self.0
     }
 }
 
@@ -669,7 +677,10 @@ mod tests {
         assert_eq!(w.params().window_ms, 1000);
         assert_eq!(subwin.empty_at(), Some(10_999));
         assert_eq!(subwin.encode(), SUBWIN_V2);
-        assert_eq!(subwin.mem_usage(), 4 * (5 + 2 + 11));
+        assert_eq!(
+            subwin.mem_usage(),
+            VALUE_OBJECT + class_ceil(4 * (5 + 2 + 11))
+        );
         let long = subwin::Params {
             limit: 3,
             window_ms: 10_000,
@@ -701,35 +712,53 @@ mod tests {
     }
 
     #[test]
-    fn a_sub_interval_window_is_held_by_a_thin_pointer() {
+    fn every_kind_is_one_allocation_the_key_points_to() {
         let p = subwin::Params {
             limit: 10,
             window_ms: 1000,
             resolution_ms: 250,
         };
         let raw = into_raw(Limiter::Subwin(SubWindow::new(&p)));
-        assert_eq!(raw.addr() & THIN, THIN);
+        assert_eq!(raw.addr() & SUBWIN_BLOCK, SUBWIN_BLOCK);
         // SAFETY: `raw` was just made by `into_raw` and is used by nothing else.
         unsafe {
             {
                 let mut held = borrow_raw(raw).unwrap();
                 held.subwin_mut().unwrap().acquire(1000, &p, 3);
-                assert_eq!(held.mem_usage(), 20 + 4 * 5);
+                // The object and module value, and the block in its size class.
+                assert_eq!(held.mem_usage(), VALUE_OBJECT + class_ceil(20 + 4 * 5));
             }
             assert_eq!(borrow_raw(raw).unwrap().peek(1000).remaining, 7);
             assert_eq!(from_raw(raw).peek(1000).remaining, 7);
         }
-        let boxed = into_raw(Limiter::decode(FIXED_V1).unwrap());
-        assert_eq!(boxed.addr() & THIN, 0);
-        // SAFETY: as above.
-        assert_eq!(unsafe { from_raw(boxed) }.encode(), FIXED_V1);
+        for (bytes, tag) in [
+            (FIXED_V1, FIXED_BOX),
+            (TOKEN_V1, TOKEN_BOX),
+            (LEAKY_V1, LEAKY_BOX),
+            (SUBWIN_V1, SUBWIN_BLOCK),
+        ] {
+            let limiter = Limiter::decode(bytes).unwrap();
+            let kind = limiter.kind();
+            let raw = into_raw(limiter);
+            assert_eq!(raw.addr() & (BOX_TAGS | SUBWIN_BLOCK), tag, "{kind:?}");
+            // SAFETY: as above.
+            unsafe {
+                let refund = borrow_raw(raw).unwrap().refund(1000, 1);
+                let mut back = from_raw(raw);
+                assert_eq!(back.kind(), kind);
+                assert_eq!(back.peek(1000), refund);
+                assert_eq!(back.refund(1000, 0).remaining, refund.remaining);
+            }
+        }
+        // Buckets cost their object and one 32-byte box.
+        let token = Limiter::decode(TOKEN_V1).unwrap();
+        assert_eq!(token.mem_usage(), VALUE_OBJECT + 32);
     }
 
     #[test]
     fn a_sliding_log_is_held_by_its_own_box() {
-        assert!(std::mem::align_of::<SlidingLog>() >= 4);
         let raw = into_raw(sample());
-        assert_eq!(raw.addr() & TAGS, THIN_SLIDE);
+        assert_eq!(raw.addr() & (BOX_TAGS | SUBWIN_BLOCK), SLIDE_BOX);
         let ws = [Window {
             limit: 10,
             window_ms: 1000,
@@ -751,7 +780,8 @@ mod tests {
 
     #[test]
     fn buckets_stay_small() {
-        assert!(std::mem::size_of::<Limiter>() <= 40);
+        assert!(std::mem::size_of::<Gcra>() <= 32);
+        assert!(std::mem::size_of::<FixedWindow>() <= 32);
     }
 
     #[test]

@@ -85,9 +85,16 @@ pub unsafe fn dispatch(
     }
     match outcome {
         Ok(Reply::Decision(d)) => {
-            raw::reply_with_array(ctx, 5);
-            for v in d.as_reply() {
-                raw::reply_with_long_long(ctx, v);
+            // The API's own functions, without the crate's wrappers: six calls on every
+            // answer.
+            if let (Some(array), Some(long_long)) = (
+                raw::RedisModule_ReplyWithArray,
+                raw::RedisModule_ReplyWithLongLong,
+            ) {
+                array(ctx, 5);
+                for v in d.as_reply() {
+                    long_long(ctx, v);
+                }
             }
         }
         Ok(Reply::Nil) => {

@@ -46,24 +46,23 @@ impl<'a> Key<'a> {
         // `value::into_raw`, in `set` or in the type's load/copy callbacks, and the borrow
         // of `self` keeps it from being replaced while lent.
         unsafe {
-            let key_type = raw::KeyType::from(raw::RedisModule_KeyType
+            // The common case first: a key of our type (a missing key or another type
+            // answers null or another type).
+            let key_type = raw::RedisModule_ModuleTypeGetType
+                .ok_or(Error::MissingApi("ModuleTypeGetType"))?(self.key);
+            if !key_type.is_null() && key_type == *LIMITER_TYPE.raw_type.borrow() {
+                let value = raw::RedisModule_ModuleTypeGetValue
+                    .ok_or(Error::MissingApi("ModuleTypeGetValue"))?(
+                    self.key
+                );
+                return Ok(value::borrow_raw(value));
+            }
+            let kind = raw::KeyType::from(raw::RedisModule_KeyType
                 .ok_or(Error::MissingApi("KeyType"))?(
                 self.key
             ));
-            match key_type {
+            match kind {
                 raw::KeyType::Empty => Ok(None),
-                raw::KeyType::Module
-                    if raw::RedisModule_ModuleTypeGetType
-                        .ok_or(Error::MissingApi("ModuleTypeGetType"))?(
-                        self.key
-                    ) == *LIMITER_TYPE.raw_type.borrow() =>
-                {
-                    let value = raw::RedisModule_ModuleTypeGetValue
-                        .ok_or(Error::MissingApi("ModuleTypeGetValue"))?(
-                        self.key
-                    );
-                    Ok(value::borrow_raw(value))
-                }
                 _ => Err(Error::WrongType),
             }
         }

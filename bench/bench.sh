@@ -20,7 +20,10 @@
 #   BENCH_CLIENTS  redis-benchmark -c                 (default: 50)
 #   BENCH_PIPELINE redis-benchmark -P                 (default: 16)
 #   BENCH_TIMEOUT  seconds allowed for one redis-benchmark run (default: 180)
+# shellcheck source-path=SCRIPTDIR disable=SC2119 # (lib.sh: functions with optional arguments)
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+TAG=bench
 
 # ---------------------------------------------------------------------------------------
 # The cases. One line each, fields separated by '|':
@@ -104,142 +107,40 @@ SUBWIN_N=60
 MAX_SUBWIN_BYTES=$((64 + 4 * SUBWIN_N)) # MEMORY USAGE of that RL.SUBWIN key
 
 # The settings given in the environment, to print how the figures were produced.
-ENV_USED=
-for v in MODULE CELL_SO BENCH_N BENCH_ROUNDS BENCH_CLIENTS BENCH_PIPELINE BENCH_TIMEOUT; do
-  [[ -z ${!v+x} ]] || ENV_USED+="$v=${!v} "
-done
-
-BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$BENCH_DIR/.." && pwd)
-MODULE=${MODULE:-$ROOT/target/release/libredis_ratelimit.so}
-CELL_SO=${CELL_SO:-}
+env_used MODULE CELL_SO BENCH_N BENCH_ROUNDS BENCH_CLIENTS BENCH_PIPELINE BENCH_TIMEOUT
 N=${BENCH_N:-1000000}
 ROUNDS=${BENCH_ROUNDS:-1}
 CLIENTS=${BENCH_CLIENTS:-50}
 PIPELINE=${BENCH_PIPELINE:-16}
 CASE_TIMEOUT=${BENCH_TIMEOUT:-180}
 
-die() {
-  echo "bench: $*" >&2
-  exit 1
-}
-log() { echo "bench: $*" >&2; }
-
-for tool in redis-server redis-cli redis-benchmark timeout awk; do
-  command -v "$tool" >/dev/null || die "$tool not found (make deps installs redis-server and redis-tools)"
-done
-case $MODULE in /*) ;; *) MODULE=$PWD/$MODULE ;; esac
-[[ -f $MODULE ]] || die "module not found: $MODULE (run make build)"
-if [[ -n $CELL_SO ]]; then
-  case $CELL_SO in /*) ;; *) CELL_SO=$PWD/$CELL_SO ;; esac
-  [[ -f $CELL_SO ]] || die "CELL_SO not found: $CELL_SO"
-fi
+need_tools "make deps installs redis-server and redis-tools" redis-server redis-cli redis-benchmark timeout awk
+find_modules
 # The memory cases drive time ahead of the clock through NOW: no bound on how far.
-MODULE_ARGS=(--loadmodule "$MODULE" --ratelimit.now-max-ahead-ms -1)
-[[ -z $CELL_SO ]] || MODULE_ARGS+=(--loadmodule "$CELL_SO")
-for v in N ROUNDS CLIENTS PIPELINE CASE_TIMEOUT; do
-  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
-done
+module_args --ratelimit.now-max-ahead-ms -1
+need_positive N ROUNDS CLIENTS PIPELINE CASE_TIMEOUT
 
 # ---------------------------------------------------------------------------------------
 # Server: one redis-server on a free loopback port; the trap stops it and removes the temp
 # dir whatever happens. With two or more CPUs, the server and redis-benchmark are pinned to
 # different ones (taskset), so they do not take turns on the same core.
 # ---------------------------------------------------------------------------------------
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/rl-bench.XXXXXX")
-PIN_SERVER=() PIN_CLIENT=()
-if command -v taskset >/dev/null && (($(nproc) >= 2)); then
-  PIN_SERVER=(taskset -c 0) PIN_CLIENT=(taskset -c 1)
-fi
-SERVER_PID=
-PORT=
+setup_tmp rl-bench
+pin_cpus
 
-cleanup() {
-  local rc=$?
-  if [[ -n $SERVER_PID ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
-    kill "$SERVER_PID" 2>/dev/null || true
-    for _ in $(seq 50); do # up to 5 s, then SIGKILL
-      kill -0 "$SERVER_PID" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -9 "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-  fi
-  rm -rf "$TMP"
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-rcli() { timeout 30 redis-cli -h 127.0.0.1 -p "$PORT" "$@"; }
-
-# True when nothing accepts connections on 127.0.0.1:$1.
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-start_server() {
-  local attempt i
-  for attempt in $(seq 10); do
-    PORT=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
-    [[ $PORT == 6379 ]] && continue
-    port_free "$PORT" || continue
-    "${PIN_SERVER[@]}" redis-server --port "$PORT" --bind 127.0.0.1 --dir "$TMP" \
-      "${MODULE_ARGS[@]}" --save "" --appendonly no \
-      --logfile "$TMP/redis.log" >/dev/null 2>&1 &
-    SERVER_PID=$!
-    for i in $(seq 100); do # up to 10 s
-      if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-        break # exited: most likely the port was taken in between; try another one
-      fi
-      if [[ $(timeout 2 redis-cli -h 127.0.0.1 -p "$PORT" PING 2>/dev/null) == PONG ]]; then
-        return 0
-      fi
-      sleep 0.1
-    done
-    kill -9 "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-    SERVER_PID=
-    if ! grep -q "Address already in use" "$TMP/redis.log" 2>/dev/null; then
-      tail -n 5 "$TMP/redis.log" >&2 2>/dev/null || true
-      die "redis-server did not start on port $PORT"
-    fi
-    log "port $PORT taken, trying another one"
-    : >"$TMP/redis.log"
-  done
-  die "could not start redis-server"
+launch_server() { # port
+  "${PIN_SERVER[@]}" redis-server --port "$1" --bind 127.0.0.1 --dir "$TMP" \
+    "${MODULE_ARGS[@]}" --save "" --appendonly no \
+    --logfile "$TMP/redis.log" >/dev/null 2>&1 &
+  SERVER_PID=$!
 }
 
-LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
-start_server
-SERVER_VERSION=$(rcli INFO server | tr -d '\r' | awk -F: '$1 == "redis_version" { print $2 }')
-rcli MODULE LIST | grep -qi ratelimit || die "module not loaded (see $TMP/redis.log)"
-if [[ -n $CELL_SO ]]; then
-  rcli COMMAND INFO CL.THROTTLE | grep -qi throttle || die "CL.THROTTLE not loaded from $CELL_SO (see $TMP/redis.log)"
-fi
+start_server 10 redis-server launch_server "$TMP/redis.log"
 log "redis-server $SERVER_VERSION on 127.0.0.1:$PORT (pid $SERVER_PID) with $MODULE"
 
 # ---------------------------------------------------------------------------------------
 # Cases
 # ---------------------------------------------------------------------------------------
-trim() {
-  local s=$1
-  s=${s#"${s%%[![:space:]]*}"}
-  s=${s%"${s##*[![:space:]]}"}
-  printf '%s' "$s"
-}
-
-declare -A SHA=()
-script_sha() { # name -> SHA1 of bench/name.lua, loaded once
-  local name=$1 file=$BENCH_DIR/$1.lua sha
-  if [[ -z ${SHA[$name]:-} ]]; then
-    [[ -f $file ]] || die "no script $file"
-    sha=$(rcli SCRIPT LOAD "$(cat "$file")")
-    [[ $sha =~ ^[0-9a-f]{40}$ ]] || die "SCRIPT LOAD $file failed: $sha"
-    SHA[$name]=$sha
-  fi
-  printf '%s' "${SHA[$name]}"
-}
-
 # Parsed case fields of the cases that run (CL.* only with CELL_SO), in order.
 NAMES=() STATS=() VS=() SHARE=() OPTS=() CMDS=()
 declare -A INDEX=() KNOWN=()
@@ -265,39 +166,21 @@ for i in "${!NAMES[@]}"; do
   VS[i]=$kept
 done
 
-# Reads cmdstat_<stat> from INFO commandstats: prints "calls usec_per_call errors".
-read_stat() {
-  rcli INFO commandstats | tr -d '\r' | awk -v want="cmdstat_$1" '
-    BEGIN { want = tolower(want) }
-    {
-      split($0, kv, ":")
-      if (tolower(kv[1]) != want) next
-      n = split(kv[2], fields, ",")
-      for (j = 1; j <= n; j++) { split(fields[j], p, "="); v[p[1]] = p[2] }
-      print v["calls"] + 0, v["usec_per_call"] + 0, v["rejected_calls"] + v["failed_calls"]
-      found = 1
-    }
-    END { if (!found) print "0 0 0" }'
-}
-
 BEST_RPS=() BEST_USEC=() ERRORS=()
 for i in "${!NAMES[@]}"; do BEST_RPS[i]=0 BEST_USEC[i]=0 ERRORS[i]=0; done
 
 run_case() { # index
-  local i=$1 n words=() w opts=() out rc=0 rps calls usec errs
+  local i=$1 n opts=() out rc=0 rps calls usec errs
   n=$((N * SHARE[i] / 100))
   ((n > 0)) || n=1
-  read -r -a words <<<"${CMDS[i]}"
-  for w in "${!words[@]}"; do
-    if [[ ${words[w]} =~ ^@([A-Za-z0-9_.-]+)@$ ]]; then words[w]=$(script_sha "${BASH_REMATCH[1]}"); fi
-  done
+  command_words "${CMDS[i]}"
   read -r -a opts <<<"${OPTS[i]}"
   # Every case starts from an empty dataset, so earlier cases' keys (and their expiry)
   # do not weigh on it.
   rcli FLUSHALL >/dev/null
   rcli CONFIG RESETSTAT >/dev/null
   out=$(timeout "$CASE_TIMEOUT" "${PIN_CLIENT[@]}" redis-benchmark -h 127.0.0.1 -p "$PORT" \
-    -P "$PIPELINE" -c "$CLIENTS" -n "$n" --csv "${opts[@]}" "${words[@]}" 2>&1) || rc=$?
+    -P "$PIPELINE" -c "$CLIENTS" -n "$n" --csv "${opts[@]}" "${WORDS[@]}" 2>&1) || rc=$?
   ((rc != 124)) || die "case ${NAMES[i]}: redis-benchmark did not finish in ${CASE_TIMEOUT}s (BENCH_TIMEOUT)"
   ((rc == 0)) || die "case ${NAMES[i]}: redis-benchmark failed (exit $rc): $out"
   # --csv: a header line "test","rps",... then one line per test; rps is the 2nd field.
@@ -308,7 +191,7 @@ run_case() { # index
   if ((errs > 0)) || ((calls < n)); then
     log "WARNING: case ${NAMES[i]}: cmdstat_${STATS[i]} has calls=$calls (sent $n), errors=$errs"
     ERRORS[i]=1
-    log "  one call gives: $(rcli "${words[@]//__rand_int__/1}" 2>&1 | tr '\n' ' ')"
+    log "  one call gives: $(rcli "${WORDS[@]//__rand_int__/1}" 2>&1 | tr '\n' ' ')"
   fi
   log "$(printf '%-18s %9d requests %12.1f requests/s %7.3f usec/call' "${NAMES[i]}" "$n" "$rps" "$usec")"
   if awk -v a="$rps" -v b="${BEST_RPS[i]}" 'BEGIN { exit !(a > b) }'; then BEST_RPS[i]=$rps; fi
@@ -369,7 +252,7 @@ ZENC=$(rcli OBJECT ENCODING zmem)
 # ---------------------------------------------------------------------------------------
 display_cmd() { # index -> command as shown, scripts by file name
   local c=${CMDS[$1]}
-  c=$(sed -E 's/@([A-Za-z0-9_.-]+)@/<\1.lua>/g' <<<"$c")
+  c=$(script_names "$c")
   [[ -z ${OPTS[$1]} ]] || c="[${OPTS[$1]}] $c"
   printf '%s' "$c"
 }
@@ -435,21 +318,10 @@ if awk -v rl="$MEM_RL" -v n="$MEM_REQS" -v m="$MAX_BYTES_PER_REQ" 'BEGIN { exit 
 fi
 echo
 targets="targets (RL.* on 100k keys >= ${MIN_X_SET}x $SET_CASE, >= ${MIN_X_LUA}x Lua, >= ${MIN_X_CELL}x CL.THROTTLE, hot refused >= ${MIN_X_REFUSE}x $BASE; <= ${MAX_BYTES_PER_REQ} bytes/request, <= ${MAX_BUCKET_BYTES} bytes/bucket, <= ${MAX_SUBWIN_BYTES} bytes/RL.SUBWIN key)"
-if ((${#MISSES[@]} == 0)); then
-  echo "$targets: all met"
-else
-  echo "$targets: missed"
-  printf '  %s\n' "${MISSES[@]}"
-fi
+print_targets "$targets"
 echo
-commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-git -C "$ROOT" diff --quiet HEAD 2>/dev/null || commit+=" (modified)"
-echo "produced by: ${ENV_USED}bench/bench.sh   (make bench)"
-echo "server:      redis-server $SERVER_VERSION ($(redis-server --version | sed -E 's/^Redis server //'))"
-echo "module:      $MODULE, commit $commit"
-[[ -z $CELL_SO ]] || echo "redis-cell:  $CELL_SO"
-echo "machine:     $(nproc) CPUs, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || uname -m), $(uname -sr); client and server on the same host${PIN_CLIENT:+, pinned to CPUs 1 and 0}"
-echo "load avg:    $LOAD_BEFORE before, $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown) after (1, 5, 15 min)"
+print_produced bench.sh bench
+print_setup "" "; client and server on the same host${PIN_CLIENT:+, pinned to CPUs 1 and 0}"
 
 any_error=0
 for i in "${!NAMES[@]}"; do ((ERRORS[i] == 0)) || any_error=1; done

@@ -40,7 +40,11 @@
 #                       propagation cases and the repeat check are skipped when their cases
 #                       do not run). The ratio columns need incr and set-px-live.
 #   BENCH_TIMEOUT       seconds allowed for one redis-benchmark run (default: 300)
+# shellcheck source-path=SCRIPTDIR disable=SC2119 # (lib.sh: functions with optional arguments)
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+TAG=bench-instr LOG_CLOCK=1 RCLI_TIMEOUT=60
+STOP_WAIT=10 # valgrind writes its last dump
 
 # ---------------------------------------------------------------------------------------
 # The cases. One line each, fields separated by '|':
@@ -142,15 +146,7 @@ WARM_HOT=200     # calls on a hot key before its window
 LIVE_KEYS=100000 # live keys warmed for the live and new cases
 NEW_RANGE=1000000000
 
-ENV_USED=
-for v in MODULE CELL_SO BENCH_INSTR_N BENCH_INSTR_CLIENTS BENCH_INSTR_PIPELINE BENCH_INSTR_REPEAT BENCH_INSTR_ONLY BENCH_TIMEOUT; do
-  [[ -z ${!v+x} ]] || ENV_USED+="$v=${!v} "
-done
-
-BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$BENCH_DIR/.." && pwd)
-MODULE=${MODULE:-$ROOT/target/release/libredis_ratelimit.so}
-CELL_SO=${CELL_SO:-}
+env_used MODULE CELL_SO BENCH_INSTR_N BENCH_INSTR_CLIENTS BENCH_INSTR_PIPELINE BENCH_INSTR_REPEAT BENCH_INSTR_ONLY BENCH_TIMEOUT
 N=${BENCH_INSTR_N:-20000}
 CLIENTS=${BENCH_INSTR_CLIENTS:-50}
 PIPELINE=${BENCH_INSTR_PIPELINE:-16}
@@ -158,121 +154,37 @@ REPEAT=${BENCH_INSTR_REPEAT-set-px-live token-hot-allow}
 ONLY=${BENCH_INSTR_ONLY:-}
 CASE_TIMEOUT=${BENCH_TIMEOUT:-300}
 
-die() {
-  echo "bench-instr: $*" >&2
-  exit 1
-}
-log() { echo "bench-instr: $(date +%T) $*" >&2; }
-
-for tool in valgrind callgrind_control callgrind_annotate redis-server redis-cli redis-benchmark timeout awk; do
-  command -v "$tool" >/dev/null || die "$tool not found (make bench-instr installs valgrind; make deps the rest)"
-done
-case $MODULE in /*) ;; *) MODULE=$PWD/$MODULE ;; esac
-[[ -f $MODULE ]] || die "module not found: $MODULE (run make build)"
-if [[ -n $CELL_SO ]]; then
-  case $CELL_SO in /*) ;; *) CELL_SO=$PWD/$CELL_SO ;; esac
-  [[ -f $CELL_SO ]] || die "CELL_SO not found: $CELL_SO"
-fi
-for v in N CLIENTS PIPELINE CASE_TIMEOUT; do
-  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
-done
+need_tools "make bench-instr installs valgrind; make deps the rest" \
+  valgrind callgrind_control callgrind_annotate redis-server redis-cli redis-benchmark timeout awk
+find_modules
+module_args
+need_positive N CLIENTS PIPELINE CASE_TIMEOUT
 
 # ---------------------------------------------------------------------------------------
 # Servers: redis-server under callgrind on a free loopback port (pinned to CPU 0, the
 # clients to CPU 1, when there are two), and later a plain replica. The trap stops both
 # and removes the temp dir whatever happens.
 # ---------------------------------------------------------------------------------------
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/rl-instr.XXXXXX")
-PIN_SERVER=() PIN_CLIENT=()
-if command -v taskset >/dev/null && (($(nproc) >= 2)); then
-  PIN_SERVER=(taskset -c 0) PIN_CLIENT=(taskset -c 1)
-fi
-SERVER_PID= PORT= REPLICA_PID= REPLICA_PORT=
+setup_tmp rl-instr
+pin_cpus
 
-stop_pid() {
-  local pid=$1
-  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 0
-  kill "$pid" 2>/dev/null || true
-  for _ in $(seq 100); do # up to 10 s (valgrind writes its last dump), then SIGKILL
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  kill -9 "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-}
-cleanup() {
-  local rc=$?
-  stop_pid "$REPLICA_PID"
-  stop_pid "$SERVER_PID"
-  rm -rf "$TMP"
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-rcli() { timeout 60 redis-cli -h 127.0.0.1 -p "$PORT" "$@"; }
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-random_port() { echo $((20000 + (RANDOM * 32768 + RANDOM) % 40000)); }
-
-# wait_ping port pid seconds: true once the server answers PING.
-wait_ping() {
-  local i
-  for i in $(seq $(($3 * 10))); do
-    kill -0 "$2" 2>/dev/null || return 1
-    [[ $(timeout 2 redis-cli -h 127.0.0.1 -p "$1" PING 2>/dev/null) == PONG ]] && return 0
-    sleep 0.1
-  done
-  return 1
+launch_primary() { # port
+  mkdir -p "$TMP/primary"
+  # --instr-atstart=no: instrumentation only during the windows (warm-ups run fast).
+  "${PIN_SERVER[@]}" valgrind --tool=callgrind --instr-atstart=no \
+    --callgrind-out-file="$TMP/callgrind.out.%p" --log-file="$TMP/valgrind.log" \
+    redis-server --port "$1" --bind 127.0.0.1 --dir "$TMP/primary" \
+    "${MODULE_ARGS[@]}" --save "" --appendonly no --repl-diskless-sync-delay 0 \
+    --logfile "$TMP/redis.log" >/dev/null 2>&1 &
+  SERVER_PID=$!
 }
 
-MODULE_ARGS=(--loadmodule "$MODULE")
-[[ -z $CELL_SO ]] || MODULE_ARGS+=(--loadmodule "$CELL_SO")
-
-start_server() {
-  local attempt
-  for attempt in $(seq 10); do
-    PORT=$(random_port)
-    port_free "$PORT" || continue
-    mkdir -p "$TMP/primary"
-    # --instr-atstart=no: instrumentation only during the windows (warm-ups run fast).
-    "${PIN_SERVER[@]}" valgrind --tool=callgrind --instr-atstart=no \
-      --callgrind-out-file="$TMP/callgrind.out.%p" --log-file="$TMP/valgrind.log" \
-      redis-server --port "$PORT" --bind 127.0.0.1 --dir "$TMP/primary" \
-      "${MODULE_ARGS[@]}" --save "" --appendonly no --repl-diskless-sync-delay 0 \
-      --logfile "$TMP/redis.log" >/dev/null 2>&1 &
-    SERVER_PID=$!
-    wait_ping "$PORT" "$SERVER_PID" 120 && return 0
-    stop_pid "$SERVER_PID"
-    SERVER_PID=
-    if ! grep -q "Address already in use" "$TMP/redis.log" 2>/dev/null; then
-      tail -n 5 "$TMP/redis.log" "$TMP/valgrind.log" >&2 2>/dev/null || true
-      die "redis-server under valgrind did not start on port $PORT"
-    fi
-    log "port $PORT taken, trying another one"
-    : >"$TMP/redis.log"
-  done
-  die "could not start redis-server"
-}
-
-start_replica() {
-  local attempt
-  for attempt in $(seq 10); do
-    REPLICA_PORT=$(random_port)
-    [[ $REPLICA_PORT != "$PORT" ]] || continue
-    port_free "$REPLICA_PORT" || continue
-    mkdir -p "$TMP/replica"
-    "${PIN_CLIENT[@]}" redis-server --port "$REPLICA_PORT" --bind 127.0.0.1 --dir "$TMP/replica" \
-      "${MODULE_ARGS[@]}" --save "" --appendonly no --replicaof 127.0.0.1 "$PORT" \
-      --logfile "$TMP/replica.log" >/dev/null 2>&1 &
-    REPLICA_PID=$!
-    wait_ping "$REPLICA_PORT" "$REPLICA_PID" 20 && return 0
-    stop_pid "$REPLICA_PID"
-    REPLICA_PID=
-    grep -q "Address already in use" "$TMP/replica.log" 2>/dev/null || die "replica did not start (see $TMP/replica.log)"
-    : >"$TMP/replica.log"
-  done
-  die "could not start the replica"
+launch_replica() { # port
+  mkdir -p "$TMP/replica"
+  "${PIN_CLIENT[@]}" redis-server --port "$1" --bind 127.0.0.1 --dir "$TMP/replica" \
+    "${MODULE_ARGS[@]}" --save "" --appendonly no --replicaof 127.0.0.1 "$PORT" \
+    --logfile "$TMP/replica.log" >/dev/null 2>&1 &
+  REPLICA_PID=$!
 }
 
 # callgrind_control exits 0 even when it reaches no process: look for its "OK".
@@ -297,38 +209,12 @@ dump_cost() {
     END { printf "%d %d\n", total, excl }'
 }
 
-LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
-STARTED=$(date +%s)
-start_server
-SERVER_VERSION=$(rcli INFO server | tr -d '\r' | awk -F: '$1 == "redis_version" { print $2 }')
-rcli MODULE LIST | grep -qi ratelimit || die "module not loaded (see $TMP/redis.log)"
-if [[ -n $CELL_SO ]]; then
-  rcli COMMAND INFO CL.THROTTLE | grep -qi throttle || die "CL.THROTTLE not loaded from $CELL_SO (see $TMP/redis.log)"
-fi
+start_server 120 "redis-server under valgrind" launch_primary "$TMP/redis.log" "$TMP/valgrind.log"
 log "redis-server $SERVER_VERSION under callgrind on 127.0.0.1:$PORT (pid $SERVER_PID)"
 
 # ---------------------------------------------------------------------------------------
 # Cases
 # ---------------------------------------------------------------------------------------
-trim() {
-  local s=$1
-  s=${s#"${s%%[![:space:]]*}"}
-  s=${s%"${s##*[![:space:]]}"}
-  printf '%s' "$s"
-}
-
-declare -A SHA=()
-script_sha() {
-  local name=$1 file=$BENCH_DIR/$1.lua sha
-  if [[ -z ${SHA[$name]:-} ]]; then
-    [[ -f $file ]] || die "no script $file"
-    sha=$(rcli SCRIPT LOAD "$(cat "$file")")
-    [[ $sha =~ ^[0-9a-f]{40}$ ]] || die "SCRIPT LOAD $file failed: $sha"
-    SHA[$name]=$sha
-  fi
-  printf '%s' "${SHA[$name]}"
-}
-
 NAMES=() SHAPES=() EXPECT=() TARGET=() VS=() SHARE=() CMDS=()
 declare -A INDEX=()
 for line in "${CASES[@]}"; do
@@ -352,15 +238,6 @@ for i in "${!NAMES[@]}"; do
   fi
 done
 
-# words index -> the command's words, scripts resolved
-case_words() {
-  local w
-  read -r -a WORDS <<<"${CMDS[$1]}"
-  for w in "${!WORDS[@]}"; do
-    if [[ ${WORDS[w]} =~ ^@([A-Za-z0-9_.-]+)@$ ]]; then WORDS[w]=$(script_sha "${BASH_REMATCH[1]}"); fi
-  done
-}
-
 # pipe_in: sends stdin (one inline command per line) with redis-cli --pipe; dies on errors.
 pipe_in() {
   local out
@@ -379,13 +256,13 @@ warm() {
         read -r -a setup <<<"${shape#hot:}"
         rcli "${setup[@]}" >/dev/null
       fi
-      case_words "$i"
+      command_words "${CMDS[i]}"
       for _ in $(seq "$WARM_HOT"); do echo "${WORDS[*]}"; done | pipe_in
       LAST_LIVE=
       ;;
     live)
       rcli FLUSHALL >/dev/null
-      case_words "$i"
+      command_words "${CMDS[i]}"
       live="${WORDS[*]}"
       [[ $live == *__rand_int__* ]] || die "case ${NAMES[i]}: a live case needs __rand_int__ in its key"
       awk -v pre="${live%%__rand_int__*}" -v post="${live#*__rand_int__}" -v n="$LIVE_KEYS" \
@@ -405,27 +282,12 @@ warm() {
   esac
 }
 
-# Reads cmdstat_<name> from INFO commandstats: prints "calls errors".
-read_stat() {
-  rcli INFO commandstats | tr -d '\r' | awk -v want="cmdstat_$1" '
-    BEGIN { want = tolower(want) }
-    {
-      split($0, kv, ":")
-      if (tolower(kv[1]) != want) next
-      n = split(kv[2], fields, ",")
-      for (j = 1; j <= n; j++) { split(fields[j], p, "="); v[p[1]] = p[2] }
-      print v["calls"] + 0, v["rejected_calls"] + v["failed_calls"]
-      found = 1
-    }
-    END { if (!found) print "0 0" }'
-}
-
 # measure index -> sets IR (instructions per call, 1 decimal); dies when the case went wrong.
 measure() {
   local i=$1 n opts=() out rc=0 dump total excl calls errs keys reply t0
   n=$((N * SHARE[i] / 100))
   ((n >= 1000)) || n=1000
-  case_words "$i"
+  command_words "${CMDS[i]}"
   case ${SHAPES[i]} in
     live) opts=(-r "$LIVE_KEYS") ;;
     new=*) opts=(-r "$NEW_RANGE") ;;
@@ -450,7 +312,7 @@ measure() {
   IR=$(awk -v t="$total" -v e="$excl" -v n="$n" 'BEGIN { printf "%.1f", (t - e) / n }')
   # Checks: every call ran without error, the keys were what the case says, and one more
   # call gives the expected decision.
-  read -r calls errs <<<"$(read_stat "${WORDS[0]}")"
+  read -r calls _ errs <<<"$(read_stat "${WORDS[0]}")"
   ((calls >= n && errs == 0)) || die "case ${NAMES[i]}: cmdstat_${WORDS[0]} has calls=$calls (sent $n), errors=$errs; one call gives: $(rcli "${WORDS[@]//__rand_int__/000000000001}" 2>&1 | tr '\n' ' ')"
   case ${SHAPES[i]} in
     live)
@@ -499,7 +361,6 @@ done
 PROP=()
 for c in "${PROP_CASES[@]}"; do [[ -z ${INDEX[$c]:-} ]] || PROP+=("$c"); done
 declare -A IR_AOF=() IR_REPL=()
-info_field() { rcli INFO "$1" | tr -d '\r' | awk -F: -v k="$2" '$1 == k { print $2 }'; }
 if ((${#PROP[@]} > 0)); then
   log "propagation: appendonly yes"
   rcli FLUSHALL >/dev/null
@@ -520,7 +381,7 @@ if ((${#PROP[@]} > 0)); then
 
   log "propagation: a replica attached"
   rcli FLUSHALL >/dev/null
-  start_replica
+  start_redis REPLICA_PORT REPLICA_PID 20 replica launch_replica "$TMP/replica.log"
   for _ in $(seq 600); do # the full sync: up to 60 s
     [[ $(info_field replication connected_slaves) == 1 ]] &&
       rcli INFO replication | grep -q 'slave0:.*state=online' &&
@@ -552,10 +413,9 @@ fmt_int() { # thousands separators
     print (x <= -0.5 ? "-" : "") s o
   }'
 }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else printf "-" }'; }
 display_cmd() {
   local i=$1 c=${CMDS[$1]}
-  c=$(sed -E 's/@([A-Za-z0-9_.-]+)@/<\1.lua>/g' <<<"$c")
+  c=$(script_names "$c")
   case ${SHAPES[i]} in
     live) c="[-r $LIVE_KEYS] $c" ;;
     new=*) c="[-r $NEW_RANGE] $c" ;;
@@ -636,20 +496,9 @@ fi
 
 echo
 targets="targets (allowed RL.* on live keys <= ${MAX_X_LIVE}x set-px-live, on new keys <= ${MAX_X_NEW}x, refused <= ${MAX_X_REFUSE}x incr, propagation <= ${MAX_X_PROP}x INCR's)"
-if ((${#MISSES[@]} == 0)); then
-  echo "$targets: all met"
-else
-  echo "$targets: missed"
-  printf '  %s\n' "${MISSES[@]}"
-fi
+print_targets "$targets"
 echo
-commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-git -C "$ROOT" diff --quiet HEAD 2>/dev/null || commit+=" (modified)"
-echo "produced by: ${ENV_USED}bench/instr.sh   (make bench-instr), $(($(date +%s) - STARTED)) s"
+print_produced instr.sh bench-instr ", $(elapsed) s"
 echo "counted:     every instruction of the server process in each window, minus serverCron,"
 echo "             accepting and freeing the clients, and CONFIG GET (not per call)"
-echo "server:      redis-server $SERVER_VERSION ($(redis-server --version | sed -E 's/^Redis server //')), $(valgrind --version)"
-echo "module:      $MODULE, commit $commit"
-[[ -z $CELL_SO ]] || echo "redis-cell:  $CELL_SO"
-echo "machine:     $(nproc) CPUs, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || uname -m), $(uname -sr)"
-echo "load avg:    $LOAD_BEFORE before, $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown) after (1, 5, 15 min)"
+print_setup ", $(valgrind --version)"

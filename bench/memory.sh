@@ -19,7 +19,10 @@
 #   CELL_SO              redis-cell's libredis_cell.so: adds CL.THROTTLE keys
 #   BENCH_MEMORY_KEYS    keys per kind (default: 1000000)
 #   BENCH_MEMORY_RELOADS DEBUG RELOAD runs per kind, the best one counts (default: 3)
+# shellcheck source-path=SCRIPTDIR disable=SC2119 # (lib.sh: functions with optional arguments)
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+TAG=bench-memory RCLI_TIMEOUT=300
 
 # ---------------------------------------------------------------------------------------
 # The kinds: name | command, __key__ standing for the key (m:000000000000, m:000000000001,
@@ -42,107 +45,38 @@ MAX_X_BUCKET=1.2      # token, leaky, fixed: bytes per key, x set-px
 MAX_SLIDE_ONE=240     # slide-1: bytes per key
 MAX_X_RELOAD=1.5      # every RL.* kind: DEBUG RELOAD CPU time, x set-px's
 
-ENV_USED=
-for v in MODULE CELL_SO BENCH_MEMORY_KEYS BENCH_MEMORY_RELOADS; do
-  [[ -z ${!v+x} ]] || ENV_USED+="$v=${!v} "
-done
-
-BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$BENCH_DIR/.." && pwd)
-MODULE=${MODULE:-$ROOT/target/release/libredis_ratelimit.so}
-CELL_SO=${CELL_SO:-}
+env_used MODULE CELL_SO BENCH_MEMORY_KEYS BENCH_MEMORY_RELOADS
 KEYS=${BENCH_MEMORY_KEYS:-1000000}
 RELOADS=${BENCH_MEMORY_RELOADS:-3}
 
-die() {
-  echo "bench-memory: $*" >&2
-  exit 1
-}
-log() { echo "bench-memory: $*" >&2; }
+need_tools "make deps installs redis-server and redis-tools" redis-server redis-cli timeout awk
+find_modules
+module_args
+need_positive KEYS RELOADS
 
-for tool in redis-server redis-cli timeout awk; do
-  command -v "$tool" >/dev/null || die "$tool not found (make deps installs redis-server and redis-tools)"
-done
-case $MODULE in /*) ;; *) MODULE=$PWD/$MODULE ;; esac
-[[ -f $MODULE ]] || die "module not found: $MODULE (run make build)"
-if [[ -n $CELL_SO ]]; then
-  case $CELL_SO in /*) ;; *) CELL_SO=$PWD/$CELL_SO ;; esac
-  [[ -f $CELL_SO ]] || die "CELL_SO not found: $CELL_SO"
-fi
-for v in KEYS RELOADS; do
-  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
-done
+# ---------------------------------------------------------------------------------------
+# Server: one redis-server on a free loopback port, with DEBUG (for DEBUG RELOAD); the trap
+# stops it and removes the temp dir whatever happens.
+# ---------------------------------------------------------------------------------------
+setup_tmp rl-memory
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/rl-memory.XXXXXX")
-SERVER_PID= PORT=
-cleanup() {
-  local rc=$?
-  if [[ -n $SERVER_PID ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
-    kill "$SERVER_PID" 2>/dev/null || true
-    for _ in $(seq 50); do
-      kill -0 "$SERVER_PID" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -9 "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-  fi
-  rm -rf "$TMP"
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-rcli() { timeout 300 redis-cli -h 127.0.0.1 -p "$PORT" "$@"; }
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-MODULE_ARGS=(--loadmodule "$MODULE")
-[[ -z $CELL_SO ]] || MODULE_ARGS+=(--loadmodule "$CELL_SO")
-
-start_server() {
-  local attempt i
-  for attempt in $(seq 10); do
-    PORT=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
-    port_free "$PORT" || continue
-    redis-server --port "$PORT" --bind 127.0.0.1 --dir "$TMP" "${MODULE_ARGS[@]}" \
-      --save "" --appendonly no --enable-debug-command yes \
-      --logfile "$TMP/redis.log" >/dev/null 2>&1 &
-    SERVER_PID=$!
-    for i in $(seq 100); do
-      kill -0 "$SERVER_PID" 2>/dev/null || break
-      [[ $(timeout 2 redis-cli -h 127.0.0.1 -p "$PORT" PING 2>/dev/null) == PONG ]] && return 0
-      sleep 0.1
-    done
-    kill -9 "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-    SERVER_PID=
-    grep -q "Address already in use" "$TMP/redis.log" 2>/dev/null || die "redis-server did not start (see $TMP/redis.log)"
-    : >"$TMP/redis.log"
-  done
-  die "could not start redis-server"
+launch_server() { # port
+  redis-server --port "$1" --bind 127.0.0.1 --dir "$TMP" "${MODULE_ARGS[@]}" \
+    --save "" --appendonly no --enable-debug-command yes \
+    --logfile "$TMP/redis.log" >/dev/null 2>&1 &
+  SERVER_PID=$!
 }
 
-LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
-STARTED=$(date +%s)
-start_server
-SERVER_VERSION=$(rcli INFO server | tr -d '\r' | awk -F: '$1 == "redis_version" { print $2 }')
-rcli MODULE LIST | grep -qi ratelimit || die "module not loaded (see $TMP/redis.log)"
+start_server 10 redis-server launch_server "$TMP/redis.log"
 log "redis-server $SERVER_VERSION on 127.0.0.1:$PORT (pid $SERVER_PID), $KEYS keys per kind"
 
-used_memory() { rcli INFO memory | tr -d '\r' | awk -F: '$1 == "used_memory" { print $2 }'; }
+used_memory() { info_field memory used_memory; }
 now_ms() { date +%s%3N; }
 # CPU time of the server's main thread, in microseconds.
 cpu_us() {
   rcli INFO cpu | tr -d '\r' | awk -F: '
     $1 == "used_cpu_user_main_thread" || $1 == "used_cpu_sys_main_thread" { t += $2 }
     END { printf "%.0f\n", t * 1000000 }'
-}
-
-trim() {
-  local s=$1
-  s=${s#"${s%%[![:space:]]*}"}
-  s=${s%"${s##*[![:space:]]}"}
-  printf '%s' "$s"
 }
 
 NAMES=() CMDS=() BYTES=() USAGE=() RELOAD_MS=() RELOAD_CPU=() RDB=()
@@ -161,7 +95,7 @@ for line in "${KINDS[@]}"; do
   keys=$(rcli DBSIZE)
   ((keys == KEYS)) || die "kind $name: $keys keys after filling, $KEYS expected (did some expire?)"
   usage=$(rcli MEMORY USAGE m:000000000001 SAMPLES 0)
-  best= best_cpu=
+  best='' best_cpu=''
   for _ in $(seq "$RELOADS"); do
     c0=$(cpu_us)
     t0=$(now_ms)
@@ -185,7 +119,6 @@ rcli FLUSHALL >/dev/null
 # ---------------------------------------------------------------------------------------
 # Report
 # ---------------------------------------------------------------------------------------
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else printf "-" }'; }
 echo
 printf 'Memory per key over %s keys (growth of used_memory), and DEBUG RELOAD of them (best of %s; x set-px: of the CPU time)\n' "$KEYS" "$RELOADS"
 echo
@@ -217,18 +150,7 @@ for i in "${!NAMES[@]}"; do
 done
 echo
 targets="targets (token, leaky, fixed <= ${MAX_X_BUCKET}x set-px bytes/key; slide-1 <= $MAX_SLIDE_ONE bytes/key; DEBUG RELOAD CPU time of every RL.* kind <= ${MAX_X_RELOAD}x set-px's)"
-if ((${#MISSES[@]} == 0)); then
-  echo "$targets: all met"
-else
-  echo "$targets: missed"
-  printf '  %s\n' "${MISSES[@]}"
-fi
+print_targets "$targets"
 echo
-commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-git -C "$ROOT" diff --quiet HEAD 2>/dev/null || commit+=" (modified)"
-echo "produced by: ${ENV_USED}bench/memory.sh   (make bench-memory), $(($(date +%s) - STARTED)) s"
-echo "server:      redis-server $SERVER_VERSION ($(redis-server --version | sed -E 's/^Redis server //'))"
-echo "module:      $MODULE, commit $commit"
-[[ -z $CELL_SO ]] || echo "redis-cell:  $CELL_SO"
-echo "machine:     $(nproc) CPUs, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || uname -m), $(uname -sr)"
-echo "load avg:    $LOAD_BEFORE before, $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown) after (1, 5, 15 min)"
+print_produced memory.sh bench-memory ", $(elapsed) s"
+print_setup

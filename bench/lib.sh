@@ -1,0 +1,268 @@
+# shellcheck shell=bash disable=SC2034 # (sets variables for the scripts that source it)
+# What bench/bench.sh, bench/instr.sh and bench/memory.sh share, sourced by each after its
+# `set -euo pipefail`: checking the settings, the temp dir and the exit trap, starting
+# redis-server on a free loopback port and stopping it, talking to it, the report's end.
+#
+# A script sets TAG (the prefix of its messages) and may change the three defaults below.
+# start_redis: up to 10 free random ports; `launch port` (the script's) starts the server in
+# the background and sets pid_var; a server that exits because its port was taken in between
+# is tried on another port; any other failure prints the tails of the logs (the first one is
+# the server's) and dies. The trap of setup_tmp stops SERVER_PID and REPLICA_PID (INT exits
+# 130, TERM 143, anything else keeps its status).
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$BENCH_DIR/.." && pwd)
+LOG_CLOCK=       # non-empty: log lines start with the time of day
+RCLI_TIMEOUT=30  # seconds allowed for one rcli call
+STOP_WAIT=5      # seconds a server has to exit after SIGTERM, before SIGKILL
+
+# ---------------------------------------------------------------------------------------
+# Messages and settings
+# ---------------------------------------------------------------------------------------
+
+# die message: "TAG: message" on stderr, exit 1.
+die() {
+  echo "$TAG: $*" >&2
+  exit 1
+}
+
+# log message: "TAG: message" on stderr (after the time of day with LOG_CLOCK).
+log() { echo "$TAG: ${LOG_CLOCK:+$(date +%T) }$*" >&2; }
+
+# env_used VAR...: ENV_USED, those of the variables set in the environment ("VAR=value ").
+env_used() {
+  local v
+  ENV_USED=
+  for v in "$@"; do
+    [[ -z ${!v+x} ]] || ENV_USED+="$v=${!v} "
+  done
+}
+
+# need_tools hint tool...: dies naming the first tool not on PATH, with the hint.
+need_tools() {
+  local hint=$1 tool
+  shift
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null || die "$tool not found ($hint)"
+  done
+}
+
+# find_modules: MODULE (default: the release build) and CELL_SO made absolute; dies if missing.
+find_modules() {
+  MODULE=${MODULE:-$ROOT/target/release/libredis_ratelimit.so}
+  CELL_SO=${CELL_SO:-}
+  case $MODULE in /*) ;; *) MODULE=$PWD/$MODULE ;; esac
+  [[ -f $MODULE ]] || die "module not found: $MODULE (run make build)"
+  if [[ -n $CELL_SO ]]; then
+    case $CELL_SO in /*) ;; *) CELL_SO=$PWD/$CELL_SO ;; esac
+    [[ -f $CELL_SO ]] || die "CELL_SO not found: $CELL_SO"
+  fi
+}
+
+# module_args [option...]: MODULE_ARGS, loading the module (then these options) and CELL_SO.
+module_args() {
+  MODULE_ARGS=(--loadmodule "$MODULE" "$@")
+  [[ -z $CELL_SO ]] || MODULE_ARGS+=(--loadmodule "$CELL_SO")
+}
+
+# need_positive VAR...: dies unless each variable holds a positive integer.
+need_positive() {
+  local v
+  for v in "$@"; do
+    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
+  done
+}
+
+# ---------------------------------------------------------------------------------------
+# Temp dir, servers
+# ---------------------------------------------------------------------------------------
+
+# setup_tmp prefix: TMP, a new temp dir; the exit trap stops the servers and removes it.
+setup_tmp() {
+  TMP=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")
+  SERVER_PID='' PORT='' REPLICA_PID='' REPLICA_PORT=''
+  trap cleanup EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+}
+
+# cleanup: the exit trap; stops REPLICA_PID and SERVER_PID, removes TMP, keeps the status.
+cleanup() {
+  local rc=$?
+  stop_pid "$REPLICA_PID"
+  stop_pid "$SERVER_PID"
+  rm -rf "$TMP"
+  exit "$rc"
+}
+
+# stop_pid pid: SIGTERM, STOP_WAIT seconds to exit, then SIGKILL; nothing if empty or gone.
+stop_pid() {
+  local pid=$1
+  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 0
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq $((STOP_WAIT * 10))); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -9 "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+# pin_cpus: PIN_SERVER, PIN_CLIENT: taskset on CPUs 0 and 1 when there are two (else empty).
+pin_cpus() {
+  PIN_SERVER=() PIN_CLIENT=()
+  if command -v taskset >/dev/null && (($(nproc) >= 2)); then
+    PIN_SERVER=(taskset -c 0) PIN_CLIENT=(taskset -c 1)
+  fi
+}
+
+# port_free port: true when nothing accepts connections on 127.0.0.1:port.
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# random_port: a port from 20000 to 59999.
+random_port() { echo $((20000 + (RANDOM * 32768 + RANDOM) % 40000)); }
+
+# wait_ping port pid seconds: true once the server answers PING, false if it exits first.
+wait_ping() {
+  for _ in $(seq $(($3 * 10))); do
+    kill -0 "$2" 2>/dev/null || return 1
+    [[ $(timeout 2 redis-cli -h 127.0.0.1 -p "$1" PING 2>/dev/null) == PONG ]] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# start_redis port_var pid_var seconds what launch log...: `launch port` until one answers PING.
+start_redis() {
+  local -n port_ref=$1 pid_ref=$2
+  local seconds=$3 what=$4 launch=$5
+  shift 5
+  for _ in $(seq 10); do
+    port_ref=$(random_port)
+    port_free "$port_ref" || continue
+    "$launch" "$port_ref"
+    wait_ping "$port_ref" "$pid_ref" "$seconds" && return 0
+    stop_pid "$pid_ref"
+    pid_ref=
+    if ! grep -q "Address already in use" "$1" 2>/dev/null; then
+      tail -n 5 "$@" >&2 2>/dev/null || true
+      die "$what did not start on port $port_ref"
+    fi
+    log "port $port_ref taken, trying another one"
+    : >"$1"
+  done
+  die "could not start $what"
+}
+
+# start_server seconds what launch log...: start_redis PORT SERVER_PID ..., check_server.
+start_server() {
+  LOAD_BEFORE=$(loadavg)
+  STARTED=$(date +%s)
+  start_redis PORT SERVER_PID "$@"
+  check_server
+}
+
+# rcli arg...: redis-cli to the server on PORT, at most RCLI_TIMEOUT seconds.
+rcli() { timeout "$RCLI_TIMEOUT" redis-cli -h 127.0.0.1 -p "$PORT" "$@"; }
+
+# info_field section field: the field's value in INFO section.
+info_field() { rcli INFO "$1" | tr -d '\r' | awk -F: -v k="$2" '$1 == k { print $2 }'; }
+
+# check_server: SERVER_VERSION; dies unless the module (and CL.THROTTLE with CELL_SO) loaded.
+check_server() {
+  SERVER_VERSION=$(info_field server redis_version)
+  rcli MODULE LIST | grep -qi ratelimit || die "module not loaded (see $TMP/redis.log)"
+  if [[ -n $CELL_SO ]]; then
+    rcli COMMAND INFO CL.THROTTLE | grep -qi throttle || die "CL.THROTTLE not loaded from $CELL_SO (see $TMP/redis.log)"
+  fi
+}
+
+# read_stat command: "calls usec_per_call errors" from INFO commandstats ("0 0 0": not run).
+read_stat() {
+  rcli INFO commandstats | tr -d '\r' | awk -v want="cmdstat_$1" '
+    BEGIN { want = tolower(want) }
+    {
+      split($0, kv, ":")
+      if (tolower(kv[1]) != want) next
+      n = split(kv[2], fields, ",")
+      for (j = 1; j <= n; j++) { split(fields[j], p, "="); v[p[1]] = p[2] }
+      print v["calls"] + 0, v["usec_per_call"] + 0, v["rejected_calls"] + v["failed_calls"]
+      found = 1
+    }
+    END { if (!found) print "0 0 0" }'
+}
+
+# ---------------------------------------------------------------------------------------
+# Cases
+# ---------------------------------------------------------------------------------------
+
+# trim string: the string without leading and trailing blanks.
+trim() {
+  local s=$1
+  s=${s#"${s%%[![:space:]]*}"}
+  s=${s%"${s##*[![:space:]]}"}
+  printf '%s' "$s"
+}
+
+declare -A SHA=()
+# script_sha name: the SHA1 of bench/name.lua, loaded with SCRIPT LOAD the first time.
+script_sha() {
+  local name=$1 file=$BENCH_DIR/$1.lua sha
+  if [[ -z ${SHA[$name]:-} ]]; then
+    [[ -f $file ]] || die "no script $file"
+    sha=$(rcli SCRIPT LOAD "$(cat "$file")")
+    [[ $sha =~ ^[0-9a-f]{40}$ ]] || die "SCRIPT LOAD $file failed: $sha"
+    SHA[$name]=$sha
+  fi
+  printf '%s' "${SHA[$name]}"
+}
+
+# command_words command: WORDS, the command's words, each @name@ replaced by script_sha name.
+command_words() {
+  local w
+  read -r -a WORDS <<<"$1"
+  for w in "${!WORDS[@]}"; do
+    if [[ ${WORDS[w]} =~ ^@([A-Za-z0-9_.-]+)@$ ]]; then WORDS[w]=$(script_sha "${BASH_REMATCH[1]}"); fi
+  done
+}
+
+# script_names command: the command as shown, a word @name@ as <name.lua>.
+script_names() { sed -E 's/@([A-Za-z0-9_.-]+)@/<\1.lua>/g' <<<"$1"; }
+
+# ---------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------
+
+# ratio a b: a / b as "1.23x", "-" when b is not positive.
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else printf "-" }'; }
+
+# loadavg: the 1, 5 and 15 minute load averages.
+loadavg() { cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown; }
+
+# elapsed: whole seconds since start_server.
+elapsed() { echo $(($(date +%s) - STARTED)); }
+
+# print_targets text: "text: all met", or "text: missed" and then each of MISSES.
+print_targets() {
+  if ((${#MISSES[@]} == 0)); then
+    echo "$1: all met"
+  else
+    echo "$1: missed"
+    printf '  %s\n' "${MISSES[@]}"
+  fi
+}
+
+# print_produced script make-target [tail]: the footer's first line, with ENV_USED.
+print_produced() { echo "produced by: ${ENV_USED}bench/$1   (make $2)${3:-}"; }
+
+# print_setup [server-tail] [machine-tail]: the footer's server, module, machine, load lines.
+print_setup() {
+  local commit
+  commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+  git -C "$ROOT" diff --quiet HEAD 2>/dev/null || commit+=" (modified)"
+  echo "server:      redis-server $SERVER_VERSION ($(redis-server --version | sed -E 's/^Redis server //'))${1:-}"
+  echo "module:      $MODULE, commit $commit"
+  [[ -z $CELL_SO ]] || echo "redis-cell:  $CELL_SO"
+  echo "machine:     $(nproc) CPUs, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || uname -m), $(uname -sr)${2:-}"
+  echo "load avg:    $LOAD_BEFORE before, $(loadavg) after (1, 5, 15 min)"
+}

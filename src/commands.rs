@@ -56,8 +56,9 @@ enum Mode {
 /// decided already).
 fn clock(ctx: &Context, now: Option<Millis>, mode: Mode) -> Result<Clock, Error> {
     let server = u64::try_from(now_ms()).unwrap_or(0);
+    // An effect from a client (not from the primary or the AOF) is bounded like any NOW.
     let caller = match (now, mode) {
-        (Some(caller), Mode::Apply) => return Ok(Clock { caller, lag: 0 }),
+        (Some(caller), _) => caller,
         (None, Mode::Apply) => return Err(Error::Invalid("an RL.APPLY effect needs NOW")),
         (None, Mode::Decide) => {
             return Ok(Clock {
@@ -65,7 +66,6 @@ fn clock(ctx: &Context, now: Option<Millis>, mode: Mode) -> Result<Clock, Error>
                 lag: 0,
             })
         }
-        (Some(caller), Mode::Decide) => caller,
     };
     if applying_decided(ctx) {
         return Ok(Clock { caller, lag: 0 });
@@ -215,6 +215,7 @@ fn limit<L: Limit, A: AsBytes>(
         key.set(wrap(limiter))?;
     }
     let expiry = settle(&key, call.kind.event(), empty_at, clock.lag, before);
+    let decision = decision.resetting_at(empty_at, clock.caller);
     propagate(ctx, key_name, call.mode, call.kind.command(), |line| {
         // The positional arguments exactly as the client sent them, then the flags.
         for a in args.get(2..2 + call.positional).unwrap_or_default() {
@@ -392,7 +393,8 @@ pub fn peek(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
     Ok(match key.limiter()? {
         Some(limiter) => {
             let behind = limiter.latest().saturating_sub(clock.caller);
-            Reply::Decision(limiter.peek(clock.caller).seen_from_behind(behind))
+            let decision = limiter.peek(clock.caller).seen_from_behind(behind);
+            Reply::Decision(decision.resetting_at(limiter.empty_at(), clock.caller))
         }
         None => Reply::Nil,
     })
@@ -420,6 +422,7 @@ fn refund_as<A: AsBytes>(ctx: &Context, name: Arg, args: &[A], mode: Mode) -> Re
         .refund(clock.caller, opts.cost)
         .seen_from_behind(behind);
     let (at, empty_at) = (limiter.latest(), limiter.empty_at());
+    let decision = decision.resetting_at(empty_at, clock.caller);
     // May delete the key, freeing `limiter`: nothing may read it afterwards.
     let expiry = settle(&key, c"rl.refund", empty_at, clock.lag, before);
     propagate(ctx, name, mode, "RL.REFUND", |line| {
@@ -463,8 +466,12 @@ pub fn restore(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
     let name = key_arg(args)?;
     let limiter = Limiter::decode(payload).map_err(|e| Error::BadPayload(e.0))?;
     let mut key = Key::open(ctx, name, true);
-    key.limiter()?; // WRONGTYPE for a key of another Redis type
+    let existed = key.limiter()?.is_some(); // WRONGTYPE for a key of another Redis type
     let empty_at = limiter.empty_at();
+    if empty_at.is_none() && !existed {
+        // An empty limiter on a missing key: nothing to store, nothing changed.
+        return Ok(Reply::Ok);
+    }
     key.set(limiter)?;
     settle(&key, c"rl.restore", empty_at, 0, None);
     ctx.replicate_verbatim();

@@ -203,7 +203,7 @@ const WRITE_FAST: &CStr = c"write deny-oom fast";
 static REGISTRY: [Registration; 9] = [
     // Binary searches over the log and an O(1) move of its head past the records that left
     // (merged per millisecond): O(log N), like ZADD. The only linear steps are amortised:
-    // giving memory back once a burst has left, and renumbering offsets every 18 days.
+    // giving memory back once a burst has left, a bounded amount per call.
     (c"RL.SLIDE", Some(rl_slide), WRITE_FAST, "write fast"),
     (c"RL.TOKEN", Some(rl_token), WRITE_FAST, "write fast"),
     (c"RL.LEAKY", Some(rl_leaky), WRITE_FAST, "write fast"),
@@ -213,7 +213,8 @@ static REGISTRY: [Registration; 9] = [
     (c"RL.SUBWIN", Some(rl_subwin), WRITE, "write slow"),
     // Reads whichever kind the key holds, a RL.SUBWIN ring included.
     (c"RL.PEEK", Some(rl_peek), c"readonly", "read slow"),
-    // Walks back over the records it gives back: O(M + log N).
+    // O(log N) on a log (a binary search for the cut), but walks back over a ring's
+    // sub-intervals (RL.SUBWIN).
     (c"RL.REFUND", Some(rl_refund), c"write", "write slow"),
     // Decodes a whole value: O(N).
     (c"RL.RESTORE", Some(rl_restore), WRITE, "write slow"),

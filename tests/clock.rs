@@ -192,7 +192,11 @@ fn replicas_and_the_aof_are_never_refused_for_now_and_keep_the_primarys_expiry()
     // A refund with a lagging NOW moves the expiry too.
     rl(
         &mut p,
-        &format!("RL.REFUND repl:behind:SLIDE COST 0 NOW {}", t - 1500),
+        &format!("RL.SLIDE repl:behind:SLIDE 3 1000 NOW {}", t - 1500),
+    );
+    rl(
+        &mut p,
+        &format!("RL.REFUND repl:behind:SLIDE COST 1 NOW {}", t - 1500),
     );
     sync(&mut p);
     let keys: Vec<String> = redis::cmd("KEYS").arg("repl:*").query(&mut p).unwrap();
@@ -292,4 +296,22 @@ fn a_fixed_windows_absolute_reset_is_its_pexpiretime() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     assert!(ends.windows(2).all(|w| w[0] == w[1]), "{ends:?}");
+}
+
+#[rstest]
+fn an_effect_from_a_client_is_bounded_like_any_now() {
+    let server = default_server();
+    let mut c = server.conn();
+    let apply = |c: &mut Connection, effect: String| -> redis::RedisResult<Value> {
+        redis::cmd("RL.APPLY").arg("fx").arg(effect).query(c)
+    };
+    let hour = unix_ms() + 3_600_000;
+    let e = apply(&mut c, format!("RL.SLIDE 3 1000 NOW {hour}")).unwrap_err();
+    assert!(e.to_string().contains("NOW is"), "{e}");
+    assert_eq!(int(&mut c, &["EXISTS", "fx"]), 0);
+    // Behind the clock: the key outlives its record on the server's clock.
+    let behind = unix_ms() - 1500;
+    apply(&mut c, format!("RL.SLIDE 3 1000 NOW {behind}")).unwrap();
+    let pttl = int(&mut c, &["PTTL", "fx"]);
+    assert!(pttl > 900 && pttl <= 1000, "PTTL {pttl}");
 }

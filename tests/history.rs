@@ -22,10 +22,11 @@ fn slide_a_shorter_window_keeps_what_the_longer_one_counts(server: Server) {
     for ms in [0, 100, 200] {
         assert_eq!(rl(&mut c, &long(ms))[0], 1);
     }
-    // The 1 s window counts only its own second.
+    // The 1 s window counts only its own second; the limiter is back to empty (and the key
+    // expires, its PTTL equal to reset_after_ms) once the 10 s window lets go of +200.
     assert_eq!(
         rl(&mut c, &format!("RL.SLIDE k 5 1000 NOW {}", t + 1250)),
-        [1, 5, 4, 0, 1000]
+        [1, 5, 4, 0, 8950]
     );
     // The key lives until the 10 s window lets go of the record at +200.
     assert_eq!(int(&mut c, &["PEXPIRETIME", "k"]), (t + 10_200) as i64);
@@ -65,9 +66,10 @@ fn subwin_a_shorter_window_keeps_what_the_longer_one_counts(server: Server) {
     for ms in [0, 100, 200] {
         assert_eq!(rl(&mut c, &long(ms))[0], 1);
     }
+    // Empty (and expiring) once the 10 s ring lets go of the units of +0..1000.
     assert_eq!(
         rl(&mut c, &format!("RL.SUBWIN k 5 1000 1000 NOW {}", t + 2500)),
-        [1, 5, 4, 0, 1499]
+        [1, 5, 4, 0, 8499]
     );
     // The ring still spans 10 s (two more header words, 11 counters: 72 bytes, in an
     // 80-byte allocation), until the units of +0..1000 have left it. (MEMORY USAGE adds

@@ -318,10 +318,12 @@ fn loads_the_committed_version_1_rdb() {
 }
 
 /// An AOF holds decisions already taken: loading it applies every recorded call, even where
-/// deciding again (here: three requests against a limit of 1) would refuse some.
+/// deciding again (here: three requests against a limit of 1) would refuse some, and even
+/// with a NOW an hour ahead of the clock under the default `ratelimit.now-max-ahead-ms`.
+/// (The calls are of the form earlier versions propagated.)
 #[rstest]
 fn aof_loading_applies_decisions_without_deciding_again() {
-    let t = unix_ms();
+    let t = unix_ms() + 3_600_000;
     let mut aof = Vec::new();
     for _ in 0..3 {
         let now = t.to_string();
@@ -347,10 +349,20 @@ fn aof_loading_applies_decisions_without_deciding_again() {
     // A legacy single-file AOF is loaded (and upgraded) at start.
     let server = Server::start_with_files(
         &[(file.to_str().unwrap(), "appendonly.aof")],
-        &["--appendonly", "yes"],
+        &[
+            "--appendonly",
+            "yes",
+            "--ratelimit.now-max-ahead-ms",
+            "1000",
+        ],
     );
     let _ = std::fs::remove_dir_all(&dir);
     let mut c = server.conn();
+    run(
+        &mut c,
+        &["CONFIG", "SET", "ratelimit.now-max-ahead-ms", "-1"],
+    )
+    .unwrap();
     assert_eq!(
         rl(&mut c, &format!("RL.PEEK k NOW {t}")),
         [0, 1, 0, 60000, 60000]

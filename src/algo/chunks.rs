@@ -343,9 +343,12 @@ impl<T: Copy + Default> Chunks<T> {
 
     /// The values in order, one slice per chunk.
     pub fn slices(&self) -> impl Iterator<Item = &[T]> + '_ {
-        (0..self.index.len())
-            .map(|k| self.live(k))
-            .filter(|s| !s.is_empty())
+        // Only the chunks holding values: dead ones may still wait to be freed.
+        let range = match self.len {
+            0 => 0..0,
+            _ => self.locate(self.head)..self.locate(self.tail() - 1) + 1,
+        };
+        range.map(|k| self.live(k)).filter(|s| !s.is_empty())
     }
 
     /// The values in order.

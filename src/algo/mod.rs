@@ -80,6 +80,14 @@ impl Decision {
         self
     }
 
+    /// The decision with its reset measured from `now` to `empty_at`, when the limiter is
+    /// back to empty (what the key's expiry follows): a limiter that keeps records for a
+    /// window used before (a retention) is not empty when the call's own windows are.
+    pub fn resetting_at(mut self, empty_at: Option<Millis>, now: Millis) -> Decision {
+        self.reset_after_ms = empty_at.map_or(0, |at| at.saturating_sub(now));
+        self
+    }
+
     /// `[allowed, limit, remaining, retry_after_ms, reset_after_ms]` as reply integers.
     pub fn as_reply(&self) -> [i64; 5] {
         let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);

@@ -703,6 +703,31 @@ mod tests {
         assert_eq!(log.empty_at(), Some(T0 + 6002 + 10_000));
     }
 
+    /// Issue 9's review: one 10 s call, then 5 s and 1 s calls alternating. Each 1 s call
+    /// keeps the 5 s window's records; the 10 s window, not used again, must let go once it
+    /// has passed, instead of being carried along by every new shrink.
+    #[test]
+    fn alternating_shorter_windows_do_not_carry_an_old_longer_one() {
+        let ten = [w(1000, 10_000)];
+        let five = [w(1000, 5000)];
+        let one = [w(1000, 1000)];
+        let mut log = SlidingLog::new(&ten);
+        assert!(log.acquire(T0, &ten, 1).allowed);
+        let mut t = 300;
+        while t < 60_000 {
+            let ws = if (t / 300) % 2 == 1 { &five } else { &one };
+            assert!(log.acquire(T0 + t, ws, 1).allowed, "at +{t}");
+            if t >= 10_000 {
+                assert!(log.retention().iter().all(|e| e.0 < 10_000), "at +{t}");
+                // Only what the 5 s window counts stays.
+                let oldest = log.records().next().map(|r| r.0).unwrap();
+                assert!(oldest + 5000 > T0 + t, "at +{t}: {oldest}");
+            }
+            t += 300;
+        }
+        assert!(log.len() <= 5000 / 300 + 1);
+    }
+
     #[test]
     fn a_retention_never_overflows_the_running_totals() {
         let long = [w(MAX_LIMIT, 10_000)];

@@ -926,6 +926,27 @@ mod tests {
         assert_eq!(w.peek(T0 + 9000).remaining, 20 - 15);
     }
 
+    /// Issue 9's review, on a ring: one 10 s call, then 5 s and 1 s calls alternating.
+    /// Once the 10 s window has passed, the ring spans 5 s.
+    #[test]
+    fn alternating_shorter_windows_do_not_carry_an_old_longer_one() {
+        let ten = p(1000, 10_000, 1000);
+        let five = p(1000, 5000, 1000);
+        let one = p(1000, 1000, 1000);
+        let mut w = SubWindow::new(&ten);
+        assert!(call(&mut w, T0, &ten, 1).allowed);
+        let mut t = 300;
+        while t < 60_000 {
+            let q = if (t / 300) % 2 == 1 { &five } else { &one };
+            assert!(call(&mut w, T0 + t, q, 1).allowed, "at +{t}");
+            if t >= 11_000 {
+                assert!(w.retention().iter().all(|e| e.0 < 10_000), "at +{t}");
+                assert!(w.heap_size() <= 4 * (5 + 10 + 6), "at +{t}");
+            }
+            t += 300;
+        }
+    }
+
     #[test]
     fn from_parts_checks_every_field() {
         let params = p(10, 1000, 100);

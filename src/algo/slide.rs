@@ -956,6 +956,46 @@ mod tests {
             }
         }
 
+        /// Against an independent model of the rule: every call `(w, c)` remembered (its
+        /// longest window and time), and a record at `r` still counted iff some call at
+        /// `c >= r` has `r > now - w`. The log keeps at least those records (so it never
+        /// decides wrong); with at most 4 distinct longest windows it keeps exactly the
+        /// records newer than `now - K`, `K` the longest window of a call that has not
+        /// passed since (`c + w > now`): what the model keeps, plus at most the records
+        /// newer than `now - K` that only shorter windows used after them could count.
+        #[test]
+        fn keeps_what_an_independent_model_keeps(
+            pool in prop::collection::vec(1u64..2000, 1..5),
+            steps in prop::collection::vec((0usize..4, 0u64..400), 1..200),
+        ) {
+            let mut log = SlidingLog::new(&[w(MAX_LIMIT, pool[0])]);
+            let mut calls: Vec<(u64, Millis)> = Vec::new();
+            // What the model keeps, and what the log should keep with its one cutoff.
+            let mut model: Vec<Millis> = Vec::new();
+            let mut cut: Vec<Millis> = Vec::new();
+            let mut now = T0;
+            for (pick, gap) in steps {
+                now += gap;
+                let own = pool[pick % pool.len()];
+                prop_assert!(log.acquire(now, &[w(MAX_LIMIT, own)], 1).allowed);
+                calls.push((own, now));
+                for list in [&mut model, &mut cut] {
+                    if list.last() != Some(&now) {
+                        list.push(now);
+                    }
+                }
+                // A record leaves once no call since counts it, and never comes back.
+                model.retain(|&r| calls.iter().any(|&(w, c)| c >= r && r + w > now));
+                let k = calls.iter().filter(|&&(w, c)| c + w > now).map(|c| c.0).max();
+                cut.retain(|&r| r + k.unwrap_or(0) > now);
+                let kept: Vec<Millis> = log.records().map(|r| r.0).collect();
+                for r in &model {
+                    prop_assert!(kept.contains(r), "{} dropped at {}", r, now);
+                }
+                prop_assert_eq!(kept, cut.clone());
+            }
+        }
+
         #[test]
         fn refunds_match_removing_the_newest_units(
             costs in prop::collection::vec(1u64..5, 1..30),

@@ -12,15 +12,18 @@
 //!   counters of the sub-intervals `L-n ..= L` oldest first, `L` being that of `latest`.
 //!
 //! Encoding version 2 is for a state with a retention: a log or ring kept longer than its
-//! windows, for a window used before that still counts what they do not (see `algo::slide`
-//! and `algo::subwin`). It is version 1 with two more fields after the parameters:
-//! - sliding log (kind 1): `latest nwindows (limit window_ms)* keep_ms keep_until nrecords
-//!   (delta_ms units)*`: records within `keep_ms` (> 0) of a call are kept until
-//!   `keep_until` (absolute, possibly past);
-//! - sub-interval window (kind 5): `latest limit window_ms resolution_ms kept_ms keep_until
-//!   count*`: the ring spans `kept_ms` (a multiple of `resolution_ms`, at least `window_ms`:
-//!   a retention as long as the window runs on until `keep_until`), so
-//!   `kept_ms / resolution_ms + 1` counters follow.
+//! windows, for windows used before that still count what they do not (see
+//! `algo::retention`). It is version 1 with the retention after the parameters, as
+//! `nkept (window_ms last_used)*`: 1 to 3 entries, windows strictly growing and last uses
+//! strictly falling (a Pareto front), `last_used` absolute (possibly long past):
+//! - sliding log (kind 1): `latest nwindows (limit window_ms)* nkept (window_ms
+//!   last_used)* nrecords (delta_ms units)*`, each kept window longer than the longest
+//!   current one and at most 31 days, each `last_used` at most `latest`;
+//! - sub-interval window (kind 5): `latest limit window_ms resolution_ms nkept (window_ms
+//!   last_used)* count*`, each kept window at least `window_ms` (one as long runs on while
+//!   pending), `last_used` the last millisecond of a sub-interval not after `latest`'s;
+//!   the ring spans the longest kept window in sub-intervals (rounded up, at most 4096),
+//!   so that many counters plus one follow.
 //!
 //! A state without a retention is always written as version 1, byte for byte as before
 //! version 2 existed; the other kinds have no version 2.
@@ -41,6 +44,7 @@ use std::ops::{Deref, DerefMut};
 use crate::algo::chunks::class_ceil;
 use crate::algo::fixed::{self, FixedWindow};
 use crate::algo::gcra::{Gcra, Params};
+use crate::algo::retention::{Front, MAX_KEPT};
 use crate::algo::slide::SlidingLog;
 use crate::algo::subwin::{self, SubWindow};
 use crate::algo::{Decision, Limit, Millis, Window};
@@ -229,16 +233,19 @@ impl Limiter {
     /// The canonical encoding of the current version.
     pub fn encode(&self) -> Vec<u8> {
         let retention = match self {
-            Limiter::Slide(log) => log.retention(),
+            Limiter::Slide(log) => log.retention().to_vec(),
             Limiter::Subwin(w) => w.retention(),
-            _ => None,
+            _ => Vec::new(),
         };
-        let version = if retention.is_some() { 2 } else { 1 };
+        let version = if retention.is_empty() { 1 } else { 2 };
         let mut out = vec![version, self.kind().tag()];
         let put_retention = |out: &mut Vec<u8>| {
-            if let Some((kept_ms, until)) = retention {
-                put_varint(out, kept_ms);
-                put_varint(out, until);
+            if !retention.is_empty() {
+                put_varint(out, retention.len() as u64);
+                for &(w, last_used) in &retention {
+                    put_varint(out, w);
+                    put_varint(out, last_used);
+                }
             }
         };
         match self {
@@ -301,12 +308,19 @@ impl Limiter {
         if version == 2 && kind != 1 && kind != 5 {
             return Err(Malformed("no version 2 for this kind"));
         }
-        // Version 2 is written only for a retention.
-        let get_retention = |r: &mut Reader| -> Result<Option<(u64, Millis)>, Malformed> {
-            match version {
-                2 => Ok(Some((r.varint()?, r.varint()?))),
-                _ => Ok(None),
+        // Version 2 is written only for a retention: at least one entry, at most a front's.
+        let get_retention = |r: &mut Reader| -> Result<Option<Vec<(u64, Millis)>>, Malformed> {
+            if version != 2 {
+                return Ok(None);
             }
+            let n = r.varint()?;
+            if n == 0 || n > MAX_KEPT as u64 {
+                return Err(Malformed("bad retention length"));
+            }
+            let entries = (0..n)
+                .map(|_| Ok((r.varint()?, r.varint()?)))
+                .collect::<Result<Vec<_>, Malformed>>()?;
+            Ok(Some(entries))
         };
         let limiter = match kind {
             1 => {
@@ -329,10 +343,8 @@ impl Limiter {
                     return Err(e);
                 }
                 let mut log = log.map_err(|e| Malformed(e.0))?;
-                if let Some((keep_ms, until)) = retention {
-                    log = log
-                        .with_retention(keep_ms, until)
-                        .map_err(|e| Malformed(e.0))?;
+                if let Some(entries) = retention {
+                    log = log.with_retention(&entries).map_err(|e| Malformed(e.0))?;
                 }
                 Limiter::Slide(Box::new(log))
             }
@@ -382,14 +394,18 @@ impl Limiter {
                     return Err(Malformed("parameters out of range"));
                 }
                 let retention = get_retention(&mut r)?;
-                let span = retention.map_or(p.window_ms, |(kept_ms, _)| kept_ms);
-                if span > p.resolution_ms.saturating_mul(subwin::MAX_SUBINTERVALS) {
-                    return Err(Malformed("retention out of range"));
-                }
-                // At most MAX_SUBINTERVALS + 1, as checked above.
-                let n = span / p.resolution_ms + 1;
+                // The front is checked by `from_parts`; unchecked, it still asks for at
+                // most MAX_SUBINTERVALS + 1 counters.
+                let front = match &retention {
+                    Some(entries) => Some(
+                        Front::from_entries(entries, 0, true, subwin::MAX_WINDOW_MS, u64::MAX)
+                            .map_err(|e| Malformed(e.0))?,
+                    ),
+                    None => None,
+                };
+                let n = SubWindow::counters_for(&p, front.as_ref());
                 let counts = (0..n).map(|_| r.varint()).collect::<Result<Vec<_>, _>>()?;
-                let w = SubWindow::from_parts(p, latest, retention, &counts)
+                let w = SubWindow::from_parts(p, latest, retention.as_deref(), &counts)
                     .map_err(|e| Malformed(e.0))?;
                 Limiter::Subwin(w)
             }
@@ -638,16 +654,18 @@ mod tests {
     }
 
     /// Version 2, committed: RL.SLIDE 3 per 10 s at T, T+100, T+200 (T = 2100-01-01), then
-    /// 5 per 1 s at T+1250. The log keeps the records for the 10 s window until T+10200.
+    /// 5 per 1 s at T+1250. The log keeps the records up to T+200 for the 10 s window (until
+    /// T+10200).
     const SLIDE_V2: &[u8] = &[
-        2, 1, 226, 185, 143, 230, 178, 119, 1, 5, 232, 7, 144, 78, 216, 255, 143, 230, 178, 119, 4,
-        128, 176, 143, 230, 178, 119, 1, 100, 1, 100, 1, 154, 8, 1,
+        2, 1, 226, 185, 143, 230, 178, 119, 1, 5, 232, 7, 1, 144, 78, 200, 177, 143, 230, 178, 119,
+        4, 128, 176, 143, 230, 178, 119, 1, 100, 1, 100, 1, 154, 8, 1,
     ];
 
     /// Version 2, committed: RL.SUBWIN 3 per 10 s in sub-intervals of 1 s, 2 units at 0 and
-    /// 1 at 100, then 5 per 1 s at 2500. The ring keeps the 10 s until 10999.
+    /// 1 at 100, then 5 per 1 s at 2500. The ring keeps the 10 s for the units up to 999
+    /// (until 10999).
     const SUBWIN_V2: &[u8] = &[
-        2, 5, 196, 19, 5, 232, 7, 232, 7, 144, 78, 247, 85, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 1,
+        2, 5, 196, 19, 5, 232, 7, 232, 7, 1, 144, 78, 231, 7, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 1,
     ];
 
     #[test]
@@ -657,7 +675,7 @@ mod tests {
         let Limiter::Slide(log) = &slide else {
             panic!("not a sliding log: {slide:?}");
         };
-        assert_eq!(log.retention(), Some((10_000, T + 10_200)));
+        assert_eq!(log.retention(), [(10_000, T + 200)]);
         assert_eq!(log.records().count(), 4);
         assert_eq!(slide.empty_at(), Some(T + 10_200));
         assert_eq!(slide.encode(), SLIDE_V2);
@@ -673,13 +691,13 @@ mod tests {
         let Limiter::Subwin(w) = &subwin else {
             panic!("not a sub-interval window: {subwin:?}");
         };
-        assert_eq!(w.retention(), Some((10_000, 10_999)));
+        assert_eq!(w.retention(), [(10_000, 999)]);
         assert_eq!(w.params().window_ms, 1000);
         assert_eq!(subwin.empty_at(), Some(10_999));
         assert_eq!(subwin.encode(), SUBWIN_V2);
         assert_eq!(
             subwin.mem_usage(),
-            VALUE_OBJECT + class_ceil(4 * (5 + 2 + 11))
+            VALUE_OBJECT + class_ceil(4 * (5 + 10 + 11))
         );
         let long = subwin::Params {
             limit: 3,
@@ -697,17 +715,53 @@ mod tests {
             bytes[0] = 2;
             assert!(Limiter::decode(&bytes).is_err(), "{bytes:?}");
         }
-        // A log: keep_ms 0 (no retention) is version 1's to write.
-        let mut bytes = SLIDE_V2.to_vec();
-        bytes[12..14].copy_from_slice(&[0, 0]);
-        bytes.remove(13);
-        assert!(Limiter::decode(&bytes).is_err());
-        // A ring: kept_ms is at least the window, in whole sub-intervals, at most 4096.
-        for kept in [0u64, 10_500, 5_000_000] {
-            let mut bytes = SUBWIN_V2[..9].to_vec();
-            put_varint(&mut bytes, kept);
-            bytes.extend_from_slice(&SUBWIN_V2[11..]);
-            assert!(Limiter::decode(&bytes).is_err(), "kept {kept}");
+        const T: Millis = 4_102_444_800_000;
+        // Builds a payload with the retention `entries` (`None`: a count of 0).
+        let with = |base: &[u8], head: usize, tail: usize, entries: Option<&[(u64, Millis)]>| {
+            let mut bytes = base[..head].to_vec();
+            let entries = entries.unwrap_or_default();
+            put_varint(&mut bytes, entries.len() as u64);
+            for &(w, last) in entries {
+                put_varint(&mut bytes, w);
+                put_varint(&mut bytes, last);
+            }
+            bytes.extend_from_slice(&base[tail..]);
+            bytes
+        };
+        let slide = |entries| with(SLIDE_V2, 12, 21, entries);
+        assert_eq!(slide(Some(&[(10_000, T + 200)])), SLIDE_V2);
+        assert!(Limiter::decode(&slide(Some(&[(5000, T + 200), (10_000, T + 100)]))).is_ok());
+        let bad: [Option<&[(u64, Millis)]>; 8] = [
+            // No entry: version 1's to write.
+            None,
+            // As long as the current window.
+            Some(&[(1000, T + 200)]),
+            // Not a front: longer and as recent, or longer and more recent.
+            Some(&[(5000, T + 200), (10_000, T + 200)]),
+            Some(&[(5000, T + 100), (10_000, T + 200)]),
+            // Too many.
+            Some(&[(2000, T + 200), (3000, T + 150), (4000, T + 100), (5000, T)]),
+            // Longer than 31 days, or used after the latest call.
+            Some(&[(31 * 86_400_000 + 1, T)]),
+            Some(&[(10_000, T + 1251)]),
+            Some(&[(0, T)]),
+        ];
+        for entries in bad {
+            assert!(Limiter::decode(&slide(entries)).is_err(), "{entries:?}");
+        }
+        // A ring: each entry at least the window; the counters follow the longest.
+        let ring = |entries| with(SUBWIN_V2, 9, 14, entries);
+        assert_eq!(ring(Some(&[(10_000, 999)])), SUBWIN_V2);
+        assert!(Limiter::decode(&ring(Some(&[(1000, 1999), (10_000, 999)]))).is_ok());
+        let bad: [Option<&[(u64, Millis)]>; 5] = [
+            None,
+            Some(&[(500, 999)]),
+            Some(&[(20_000, 999)]),
+            Some(&[(10_000, 999), (5000, 1999)]),
+            Some(&[(2000, 4999), (3000, 3999), (4000, 2999), (10_000, 999)]),
+        ];
+        for entries in bad {
+            assert!(Limiter::decode(&ring(entries)).is_err(), "{entries:?}");
         }
     }
 
@@ -769,8 +823,9 @@ mod tests {
                 let mut held = borrow_raw(raw).unwrap();
                 let log = held.slide_mut().unwrap();
                 assert!(log.acquire(T0 + 302, &ws, 1).allowed);
-                // The log's box, its windows, its one chunk and the chunks' index.
-                assert_eq!(held.allocations(), 4);
+                // The log's box, its windows, its retention (the 60 s window, used before
+                // this call's 1 s), its one chunk and the chunks' index.
+                assert_eq!(held.allocations(), 5);
             }
             let mut log = from_raw(raw);
             assert_eq!(log.peek(T0 + 302).remaining, 4);

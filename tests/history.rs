@@ -71,12 +71,12 @@ fn subwin_a_shorter_window_keeps_what_the_longer_one_counts(server: Server) {
         rl(&mut c, &format!("RL.SUBWIN k 5 1000 1000 NOW {}", t + 2500)),
         [1, 5, 4, 0, 8499]
     );
-    // The ring still spans 10 s (two more header words, 11 counters: 72 bytes, in an
-    // 80-byte allocation), until the units of +0..1000 have left it. (MEMORY USAGE adds
-    // the object and module value, 32, and the name and its entry, 32.)
+    // The ring still spans 10 s (ten more header words for the retention, 11 counters: 104
+    // bytes, in a 112-byte allocation), until the units of +0..1000 have left it. (MEMORY
+    // USAGE adds the object and module value, 32, and the name and its entry, 32.)
     assert_eq!(
         int(&mut c, &["MEMORY", "USAGE", "k", "SAMPLES", "0"]),
-        32 + 80 + 32
+        32 + 112 + 32
     );
     assert_eq!(int(&mut c, &["PEXPIRETIME", "k"]), (t + 10_999) as i64);
     // Before: the ring shrank to 1 s and dropped them; both were allowed.
@@ -142,4 +142,26 @@ fn buckets_carry_the_units_owed(server: Server, #[case] long: &str, #[case] shor
         [0, 3, 0, 4584, 11_250]
     );
     assert_eq!(rl(&mut c, &format!("{long} NOW {}", t + 1500))[0], 0);
+}
+
+/// Issue 9's review: one 10 s call, then 5 s and 1 s calls alternating every 300 ms. Once
+/// the 10 s window has passed, the log holds only what the 5 s window counts: a 10 s call
+/// then sees 17 records (+10300..+15000), not the 34 of the last 10 s.
+#[rstest]
+fn slide_alternating_shorter_windows_let_an_old_longer_one_go(server: Server) {
+    let mut c = server.conn();
+    let t = start();
+    assert_eq!(rl(&mut c, &format!("RL.SLIDE k 1000 10000 NOW {t}"))[0], 1);
+    for i in 1..=50u64 {
+        let window = if i % 2 == 1 { 5000 } else { 1000 };
+        let call = format!("RL.SLIDE k 1000 {window} NOW {}", t + 300 * i);
+        assert_eq!(rl(&mut c, &call)[0], 1, "call {i}");
+    }
+    let peek = format!("RL.SLIDE k 1000 10000 COST 0 NOW {}", t + 15_000);
+    assert_eq!(rl(&mut c, &peek)[2], 1000 - 17);
+    // The key lives while the 5 s window (last used at +14700) may count a record.
+    assert_eq!(
+        int(&mut c, &["PEXPIRETIME", "k"]),
+        (t + 14_700 + 5000) as i64
+    );
 }

@@ -16,17 +16,18 @@
 //! Records leave the log once no window the key was used with since they were made can count
 //! them. A call records under its own windows and trims what has left the longest of them,
 //! except when it shrinks the windows the log was kept for: the older, longer windows may
-//! still count records the new ones do not, so the log keeps a *retention*, "records within
-//! `keep_ms` of now may be counted until `keep_until`", and trims less until then. Decisions
+//! still count records the new ones do not, so the log keeps a *retention*, the front of
+//! windows used before (see [`Front`]), and trims only what none of them counts. Decisions
 //! count only the call's own windows: what is kept for others never changes one.
 //!
 //! Invariants (checked by [`SlidingLog::from_records`], kept by every method):
 //! - records are in strictly increasing time order, each with at least 1 unit;
 //! - all records span less than [`MAX_WINDOW_MS`], and all units together fit in a `u32`;
 //! - `latest` is at least the newest record's time;
-//! - `keep_ms` is 0 (no retention) or at most [`MAX_WINDOW_MS`].
+//! - the retention's windows are longer than the current ones, at most [`MAX_WINDOW_MS`].
 
 use super::chunks::Chunks;
+use super::retention::Front;
 use super::{Decision, Limit, Millis, Wait, Window, MAX_TIMESTAMP};
 
 /// Windows one call may check at once.
@@ -54,10 +55,9 @@ pub struct SlidingLog {
     newest: Millis,
     /// The running total just before the first entry.
     before_front: u32,
-    /// Retention: records within `keep_ms` of the time of a call may still be counted by a
-    /// window used before the current ones, until `keep_until`. 0 for none.
-    keep_ms: u32,
-    keep_until: Millis,
+    /// Retention: the windows used before the current ones that may still count a record,
+    /// out of line (a thin pointer) so that a log without one pays 8 bytes.
+    kept: Option<Box<Front>>,
     entries: Chunks<Entry>,
 }
 
@@ -73,30 +73,30 @@ impl SlidingLog {
             latest: 0,
             newest: 0,
             before_front: 0,
-            keep_ms: 0,
-            keep_until: 0,
+            kept: None,
             entries: Chunks::new(),
         }
     }
 
-    /// The same log with a retention (see [`SlidingLog::retention`]), as persisted.
-    pub fn with_retention(mut self, keep_ms: u64, keep_until: Millis) -> Result<Self, Corrupt> {
-        if keep_ms == 0 || keep_ms > MAX_WINDOW_MS {
-            return Err(Corrupt("retention out of range"));
-        }
-        if keep_until > MAX_TIMESTAMP + MAX_WINDOW_MS {
-            return Err(Corrupt("time out of range"));
-        }
-        self.keep_ms = keep_ms as u32; // <= MAX_WINDOW_MS < 2^32
-        self.keep_until = keep_until;
+    /// The same log with a retention (see [`SlidingLog::retention`]), as persisted:
+    /// `(window_ms, last_used)` pairs, shortest first, each longer than the current windows.
+    pub fn with_retention(mut self, entries: &[(u64, Millis)]) -> Result<Self, Corrupt> {
+        let own = longest(&self.windows);
+        let front = Front::from_entries(entries, own, false, MAX_WINDOW_MS, self.latest)
+            .map_err(|e| Corrupt(e.0))?;
+        self.kept = (!front.is_empty()).then(|| Box::new(front));
         Ok(self)
     }
 
-    /// `(keep_ms, keep_until)`: records within `keep_ms` of a call are kept until
-    /// `keep_until`, for windows used before the current ones. `None` when the log keeps only
-    /// what its current windows count.
-    pub fn retention(&self) -> Option<(u64, Millis)> {
-        (self.keep_ms > 0).then_some((u64::from(self.keep_ms), self.keep_until))
+    /// The windows used before the current ones that may still count a record, as
+    /// `(window_ms, last_used)`, shortest (most recently used) first; empty when the log
+    /// keeps only what its current windows count.
+    pub fn retention(&self) -> &[(u64, Millis)] {
+        self.kept.as_deref().map_or(&[], Front::entries)
+    }
+
+    fn front(&self) -> Front {
+        self.kept.as_deref().copied().unwrap_or_default()
     }
 
     /// Rebuilds a log from its persisted parts, checking every invariant so that a damaged
@@ -169,14 +169,20 @@ impl SlidingLog {
     }
 
     /// Bytes held on the heap, for `MEMORY USAGE`, in O(1): the records' chunks (those not
-    /// yet freed included), their index and the windows.
+    /// yet freed included), their index, the windows and the retention.
     pub fn heap_size(&self) -> usize {
-        std::mem::size_of_val(&*self.windows) + self.entries.heap_size()
+        let kept = self
+            .kept
+            .as_ref()
+            .map_or(0, |_| std::mem::size_of::<Front>());
+        std::mem::size_of_val(&*self.windows) + self.entries.heap_size() + kept
     }
 
     /// Heap allocations held, what freeing the log costs (Redis's `free_effort`).
     pub fn allocations(&self) -> usize {
-        usize::from(!self.windows.is_empty()) + self.entries.allocations()
+        usize::from(!self.windows.is_empty())
+            + usize::from(self.kept.is_some())
+            + self.entries.allocations()
     }
 
     /// Gives back up to `units` of the newest recorded units (never below empty), then answers
@@ -270,24 +276,15 @@ impl SlidingLog {
         }
     }
 
-    /// The retention after a call at `now` under `windows`: the one pending, merged with
-    /// what the call's own shrink leaves. A call whose longest window is shorter than the
-    /// longest it was recorded under leaves that window records to count, until the newest
-    /// has left it. Two retentions merge into one that keeps at least what each keeps.
-    /// `None` once a retention is over, or when it keeps no more than the call's own windows
-    /// (the call is then the one a later shrink keeps records for).
-    fn retention_after(&self, now: Millis, windows: &[Window]) -> Option<(u64, Millis)> {
+    /// The retention after a call at `now` under `windows`: the one pending, with the
+    /// stored windows added when the call's are shorter (the newest record being their last
+    /// use as far as records go), less what the call's windows dominate or what has passed.
+    fn retention_after(&self, now: Millis, windows: &[Window]) -> Front {
         let own = longest(windows);
-        let stored = longest(&self.windows);
-        let shrink = match self.newest() {
-            Some(newest) if own < stored => Some((stored, newest + stored)),
-            _ => None,
-        };
-        let merged = match (self.retention(), shrink) {
-            (Some((a, u)), Some((b, v))) => Some((a.max(b), u.max(v))),
-            (one, other) => one.or(other),
-        };
-        merged.filter(|&(ms, until)| now < until && ms > own)
+        let before = self.newest().map(|newest| (longest(&self.windows), newest));
+        let mut front = self.front();
+        front.record(now, own, before, true);
+        front
     }
 
     /// Drops the records older than `cutoff`. O(log n), and frees a bounded number of
@@ -332,9 +329,7 @@ impl Limit for SlidingLog {
     fn empty_at(&self) -> Option<Millis> {
         let newest = self.newest()?;
         let own = newest + longest(&self.windows);
-        let kept = self
-            .retention()
-            .map_or(0, |(ms, until)| until.min(newest + ms));
+        let kept = self.front().empty_at(newest).unwrap_or(0);
         Some(own.max(kept))
     }
 
@@ -397,12 +392,12 @@ impl Limit for SlidingLog {
         }
         // What leaves the log: what no window still counts (see `retention_after`).
         let mut retention = self.retention_after(now, windows);
-        let keep = retention.map_or(0, |(ms, _)| ms).max(longest(windows));
+        let keep = retention.keep(longest(windows));
         let (_, mut kept_units) = self.used(now, keep);
-        if retention.is_some() && kept_units.saturating_add(cost) > MAX_LIMIT {
+        if !retention.is_empty() && kept_units.saturating_add(cost) > MAX_LIMIT {
             // The running totals hold 2^32 - 1 units at most: past that, the log keeps
             // only what the call's own windows count.
-            retention = None;
+            retention = Front::default();
             (_, kept_units) = self.used(now, longest(windows));
         }
         if kept_units.saturating_add(cost) > MAX_LIMIT {
@@ -411,15 +406,18 @@ impl Limit for SlidingLog {
         if *self.windows != *windows {
             self.windows = windows.into();
         }
-        // Retentions are at most MAX_WINDOW_MS long, so the cast cannot truncate.
-        (self.keep_ms, self.keep_until) = retention.map_or((0, 0), |(ms, t)| (ms as u32, t));
+        match (&mut self.kept, retention.is_empty()) {
+            (_, true) => self.kept = None,
+            (Some(kept), false) => **kept = retention,
+            (None, false) => self.kept = Some(Box::new(retention)),
+        }
         self.latest = now;
         if cost == 0 {
             return true;
         }
         // What no window still counts goes: what has left the longest window, or the
         // retention's.
-        let keep = retention.map_or(0, |(ms, _)| ms).max(longest(windows));
+        let keep = retention.keep(longest(windows));
         self.trim_before((now + 1).saturating_sub(keep));
         self.push(now, cost as u32); // cost <= MAX_LIMIT, checked above
         true
@@ -648,7 +646,7 @@ mod tests {
             log.acquire(T0 + 1250, &short, 1).as_reply(),
             [1, 5, 4, 0, 1000]
         );
-        assert_eq!(log.retention(), Some((10_000, T0 + 10_200)));
+        assert_eq!(log.retention(), [(10_000, T0 + 200)]);
         // The key lives until the 10 s window has let go of the record at +200.
         assert_eq!(log.empty_at(), Some(T0 + 10_200));
         // 3 per 10 s still counts all four: refused until the record at +100 leaves.
@@ -679,7 +677,7 @@ mod tests {
         // At +10200 the record at +200 has left the 10 s window: the short window alone
         // decides what stays, and the retention is over.
         assert!(log.acquire(T0 + 10_200, &short, 1).allowed);
-        assert_eq!(log.retention(), None);
+        assert!(log.retention().is_empty());
         assert!(log.records().all(|(at, _)| at > T0 + 10_200 - 1000));
         assert_eq!(log.empty_at(), Some(T0 + 10_200 + 1000));
     }
@@ -693,15 +691,41 @@ mod tests {
         log.acquire(T0, &long, 3);
         assert!(log.acquire(T0 + 2000, &mid, 1).allowed);
         assert!(log.acquire(T0 + 6000, &short, 1).allowed);
-        // The second shrink keeps the first one's length, until the later of the two ends.
-        assert_eq!(log.retention(), Some((10_000, T0 + 10_000)));
+        // The second shrink keeps both: 10 s for the records up to +0, 5 s for those up to
+        // +2000.
+        assert_eq!(log.retention(), [(5000, T0 + 2000), (10_000, T0)]);
         assert_eq!(log.acquire(T0 + 6001, &long, 1).as_reply()[..2], [0, 3]);
         assert!(log.acquire(T0 + 6001, &mid, 1).allowed);
         // A call as long as the retention is recorded: nothing more to keep.
         let longer = [w(10, 10_000)];
         assert!(log.acquire(T0 + 6002, &longer, 1).allowed);
-        assert_eq!(log.retention(), None);
+        assert!(log.retention().is_empty());
         assert_eq!(log.empty_at(), Some(T0 + 6002 + 10_000));
+    }
+
+    /// Issue 9's review: one 10 s call, then 5 s and 1 s calls alternating. Each 1 s call
+    /// keeps the 5 s window's records; the 10 s window, not used again, must let go once it
+    /// has passed, instead of being carried along by every new shrink.
+    #[test]
+    fn alternating_shorter_windows_do_not_carry_an_old_longer_one() {
+        let ten = [w(1000, 10_000)];
+        let five = [w(1000, 5000)];
+        let one = [w(1000, 1000)];
+        let mut log = SlidingLog::new(&ten);
+        assert!(log.acquire(T0, &ten, 1).allowed);
+        let mut t = 300;
+        while t < 60_000 {
+            let ws = if (t / 300) % 2 == 1 { &five } else { &one };
+            assert!(log.acquire(T0 + t, ws, 1).allowed, "at +{t}");
+            if t >= 10_000 {
+                assert!(log.retention().iter().all(|e| e.0 < 10_000), "at +{t}");
+                // Only what the 5 s window counts stays.
+                let oldest = log.records().next().map(|r| r.0).unwrap();
+                assert!(oldest + 5000 > T0 + t, "at +{t}: {oldest}");
+            }
+            t += 300;
+        }
+        assert!(log.len() <= 5000 / 300 + 1);
     }
 
     #[test]
@@ -714,7 +738,7 @@ mod tests {
         // record goes in anyway, and the log keeps what that window counts.
         assert!(log.acquire(T0 + 2000, &short, 1).allowed);
         assert_eq!(log.records().collect::<Vec<_>>(), vec![(T0 + 2000, 1)]);
-        assert_eq!(log.retention(), None);
+        assert!(log.retention().is_empty());
     }
 
     #[test]
@@ -801,21 +825,14 @@ mod tests {
     /// the longest window, or a retention's, computed as the log's rule says), and a refund
     /// takes the newest units. The storage is what this checks.
     #[derive(Default)]
-    struct Records(Vec<(Millis, u64)>, u64, Option<(u64, Millis)>);
+    struct Records(Vec<(Millis, u64)>, u64, Front);
 
     impl Records {
         fn record(&mut self, now: Millis, longest: u64, cost: u64) {
-            let shrink = match self.0.last() {
-                Some(&(newest, _)) if longest < self.1 => Some((self.1, newest + self.1)),
-                _ => None,
-            };
-            let merged = match (self.2, shrink) {
-                (Some((a, u)), Some((b, v))) => Some((a.max(b), u.max(v))),
-                (one, other) => one.or(other),
-            };
-            self.2 = merged.filter(|&(ms, until)| now < until && ms > longest);
+            let before = self.0.last().map(|&(newest, _)| (self.1, newest));
+            self.2.record(now, longest, before, true);
             self.1 = longest;
-            let keep = self.2.map_or(0, |r| r.0).max(longest);
+            let keep = self.2.keep(longest);
             let gone = self.0.partition_point(|r| r.0 + keep <= now);
             self.0.drain(..gone);
             match self.0.last_mut() {
@@ -931,11 +948,51 @@ mod tests {
                     };
                     let widest = pool.iter().map(|ws| longest(ws)).max().unwrap();
                     if let Some((_, since)) = run.filter(|&(_, since)| t >= since + widest) {
-                        prop_assert_eq!(log.retention(), None, "used alone since {}", since);
+                        prop_assert!(log.retention().is_empty(), "used alone since {}", since);
                         let own = longest(windows);
                         prop_assert!(log.records().all(|(r, _)| r + own > t));
                     }
                 }
+            }
+        }
+
+        /// Against an independent model of the rule: every call `(w, c)` remembered (its
+        /// longest window and time), and a record at `r` still counted iff some call at
+        /// `c >= r` has `r > now - w`. The log keeps at least those records (so it never
+        /// decides wrong); with at most 4 distinct longest windows it keeps exactly the
+        /// records newer than `now - K`, `K` the longest window of a call that has not
+        /// passed since (`c + w > now`): what the model keeps, plus at most the records
+        /// newer than `now - K` that only shorter windows used after them could count.
+        #[test]
+        fn keeps_what_an_independent_model_keeps(
+            pool in prop::collection::vec(1u64..2000, 1..5),
+            steps in prop::collection::vec((0usize..4, 0u64..400), 1..200),
+        ) {
+            let mut log = SlidingLog::new(&[w(MAX_LIMIT, pool[0])]);
+            let mut calls: Vec<(u64, Millis)> = Vec::new();
+            // What the model keeps, and what the log should keep with its one cutoff.
+            let mut model: Vec<Millis> = Vec::new();
+            let mut cut: Vec<Millis> = Vec::new();
+            let mut now = T0;
+            for (pick, gap) in steps {
+                now += gap;
+                let own = pool[pick % pool.len()];
+                prop_assert!(log.acquire(now, &[w(MAX_LIMIT, own)], 1).allowed);
+                calls.push((own, now));
+                for list in [&mut model, &mut cut] {
+                    if list.last() != Some(&now) {
+                        list.push(now);
+                    }
+                }
+                // A record leaves once no call since counts it, and never comes back.
+                model.retain(|&r| calls.iter().any(|&(w, c)| c >= r && r + w > now));
+                let k = calls.iter().filter(|&&(w, c)| c + w > now).map(|c| c.0).max();
+                cut.retain(|&r| r + k.unwrap_or(0) > now);
+                let kept: Vec<Millis> = log.records().map(|r| r.0).collect();
+                for r in &model {
+                    prop_assert!(kept.contains(r), "{} dropped at {}", r, now);
+                }
+                prop_assert_eq!(kept, cut.clone());
             }
         }
 
@@ -991,7 +1048,7 @@ mod tests {
         ) {
             let mut windows = vec![w(MAX_LIMIT, 50_000)];
             let mut log = SlidingLog::new(&windows);
-            let mut model = Records(Vec::new(), 50_000, None);
+            let mut model = Records(Vec::new(), 50_000, Front::default());
             let mut now = T0;
             for op in ops {
                 match op {
@@ -1023,7 +1080,7 @@ mod tests {
                 let used: u64 = model.0.iter().filter(|r| r.0 + window > now).map(|r| r.1).sum();
                 prop_assert_eq!(log.peek(now).remaining, MAX_LIMIT - used);
                 let empty_at = model.0.last().map(|r| {
-                    let kept = model.2.map_or(0, |(ms, until)| until.min(r.0 + ms));
+                    let kept = model.2.empty_at(r.0).unwrap_or(0);
                     (r.0 + longest(&windows)).max(kept)
                 });
                 prop_assert_eq!(log.empty_at(), empty_at);

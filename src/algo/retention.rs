@@ -1,0 +1,190 @@
+//! What a key keeps for the windows it was used with before its current ones.
+//!
+//! Only the longest window of a call matters. A record at `r` may still be counted by a
+//! window `w` last used (by a call that recorded) at `last_used` iff `r <= last_used` and
+//! `r > now - w`. A key keeps, besides its current windows, a Pareto front of such
+//! `(w, last_used)` pairs: longer windows used earlier. An entry is dead once
+//! `last_used + w <= now` (its window has passed since its last use); an entry no longer
+//! than the current call's window is dominated by it (the call is more recent) and goes.
+//!
+//! The front keeps at most [`MAX_KEPT`] entries besides the current window. When one more
+//! would be needed, the two entries used most recently are merged into
+//! `(max w, max last_used)`: both are in use, so the merge keeps more than needed for a
+//! while, but never resurrects a stale, longer window (the oldest entries, which are the
+//! longest, are left as they are and still die on time).
+
+use super::Millis;
+
+/// Entries kept besides the current window: the front holds at most four windows.
+pub const MAX_KEPT: usize = 3;
+
+/// The windows used before the current one that may still count a record, as
+/// `(window_ms, last_used)`, longest last (and so used least recently).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Front {
+    len: u8,
+    kept: [(u64, Millis); MAX_KEPT],
+}
+
+/// Why a persisted front was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Corrupt(pub &'static str);
+
+impl Front {
+    /// The entries, shortest window (most recently used) first.
+    pub fn entries(&self) -> &[(u64, Millis)] {
+        self.kept.get(..usize::from(self.len)).unwrap_or_default()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The front after a call at `now` whose longest window is `own`. `before` is the
+    /// window the key held until this call and the newest record's time (its last use, as
+    /// far as records go): kept when longer than `own`. Entries shorter than `own` go (and
+    /// those as long, when `drop_equal`), then the dead ones.
+    pub fn record(
+        &mut self,
+        now: Millis,
+        own: u64,
+        before: Option<(u64, Millis)>,
+        drop_equal: bool,
+    ) {
+        let mut all: Vec<(u64, Millis)> = self.entries().to_vec();
+        all.extend(before.filter(|&(w, _)| w > own));
+        all.retain(|&(w, last)| (w > own || (w == own && !drop_equal)) && last + w > now);
+        // Pareto: longest first, an entry stays only if used after every longer one.
+        all.sort_unstable_by(|a, b| b.cmp(a));
+        let mut front: Vec<(u64, Millis)> = Vec::with_capacity(all.len());
+        for e in all {
+            if front.last().is_none_or(|&(_, last)| e.1 > last) {
+                front.push(e);
+            }
+        }
+        // Too many: merge the two used most recently (the two shortest).
+        while front.len() > MAX_KEPT {
+            let (Some(a), Some(b)) = (front.pop(), front.pop()) else {
+                break;
+            };
+            front.push((a.0.max(b.0), a.1.max(b.1)));
+        }
+        front.reverse();
+        self.set(&front);
+    }
+
+    fn set(&mut self, entries: &[(u64, Millis)]) {
+        self.len = 0;
+        for (slot, &e) in self.kept.iter_mut().zip(entries) {
+            *slot = e;
+            self.len += 1;
+        }
+    }
+
+    /// How far back records must be kept with `own` as the current window: the longest
+    /// window of the front, or `own`.
+    pub fn keep(&self, own: u64) -> u64 {
+        self.entries().iter().map(|e| e.0).fold(own, u64::max)
+    }
+
+    /// When the last record a front entry may count leaves it, given the newest record's
+    /// time; `None` when the front is empty.
+    pub fn empty_at(&self, newest: Millis) -> Option<Millis> {
+        self.entries()
+            .iter()
+            .map(|&(w, last)| newest.min(last) + w)
+            .max()
+    }
+
+    /// A persisted front, checked: at most [`MAX_KEPT`] entries, windows in
+    /// `1..=max_window`, longer than `own` (or as long, with `equal_ok`), times at most
+    /// `max_time`, and a Pareto front (windows growing, last uses falling).
+    pub fn from_entries(
+        entries: &[(u64, Millis)],
+        own: u64,
+        equal_ok: bool,
+        max_window: u64,
+        max_time: Millis,
+    ) -> Result<Front, Corrupt> {
+        if entries.len() > MAX_KEPT {
+            return Err(Corrupt("retention too long"));
+        }
+        for &(w, last) in entries {
+            if w == 0 || w > max_window || w < own || (w == own && !equal_ok) {
+                return Err(Corrupt("retention out of range"));
+            }
+            if last > max_time {
+                return Err(Corrupt("time out of range"));
+            }
+        }
+        if entries
+            .windows(2)
+            .any(|p| matches!(p, [a, b] if a.0 >= b.0 || a.1 <= b.1))
+        {
+            return Err(Corrupt("retention is not a front"));
+        }
+        let mut front = Front::default();
+        front.set(entries);
+        Ok(front)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_drops_what_it_dominates_and_what_has_passed() {
+        let mut f = Front::default();
+        f.record(100, 1000, Some((10_000, 50)), true);
+        assert_eq!(f.entries(), &[(10_000, 50)]);
+        f.record(200, 500, Some((1000, 150)), true);
+        assert_eq!(f.entries(), &[(1000, 150), (10_000, 50)]);
+        // A 5 s call dominates the 1 s entry; the 10 s one stays until 10_050.
+        f.record(300, 5000, None, true);
+        assert_eq!(f.entries(), &[(10_000, 50)]);
+        assert_eq!(f.keep(5000), 10_000);
+        f.record(10_050, 5000, None, true);
+        assert!(f.is_empty());
+    }
+
+    #[test]
+    fn equal_windows_stay_when_asked() {
+        let mut f = Front::default();
+        f.record(100, 1000, Some((10_000, 50)), false);
+        f.record(200, 10_000, None, false);
+        assert_eq!(f.entries(), &[(10_000, 50)]);
+        f.record(200, 10_000, None, true);
+        assert!(f.is_empty());
+    }
+
+    #[test]
+    fn a_fifth_window_merges_the_two_used_last() {
+        let mut f = Front::default();
+        f.record(10, 1, Some((100_000, 5)), true);
+        f.record(20, 1, Some((50_000, 15)), true);
+        f.record(30, 1, Some((20_000, 25)), true);
+        assert_eq!(f.entries(), &[(20_000, 25), (50_000, 15), (100_000, 5)]);
+        f.record(40, 1, Some((10_000, 35)), true);
+        assert_eq!(f.entries(), &[(20_000, 35), (50_000, 15), (100_000, 5)]);
+        assert_eq!(f.empty_at(36), Some(100_005));
+    }
+
+    #[test]
+    fn from_entries_refuses_what_is_not_a_front() {
+        let ok = [(2000, 50), (3000, 40)];
+        assert!(Front::from_entries(&ok, 1000, false, 10_000, 100).is_ok());
+        let bad: [&[(u64, Millis)]; 6] = [
+            &[(2000, 50), (3000, 50)],
+            &[(3000, 50), (2000, 40)],
+            &[(1000, 50)],
+            &[(20_000, 50)],
+            &[(2000, 500)],
+            &[(2000, 9), (3000, 8), (4000, 7), (5000, 6)],
+        ];
+        for entries in bad {
+            assert!(Front::from_entries(entries, 1000, false, 10_000, 100).is_err());
+        }
+        assert!(Front::from_entries(&[(1000, 50)], 1000, true, 10_000, 100).is_ok());
+    }
+}

@@ -51,26 +51,45 @@ impl Front {
         before: Option<(u64, Millis)>,
         drop_equal: bool,
     ) {
-        let mut all: Vec<(u64, Millis)> = self.entries().to_vec();
-        all.extend(before.filter(|&(w, _)| w > own));
-        all.retain(|&(w, last)| (w > own || (w == own && !drop_equal)) && last + w > now);
+        // At most MAX_KEPT + 1 candidates, on the stack: this runs on every call.
+        let mut all = [(0u64, 0 as Millis); MAX_KEPT + 1];
+        let mut n = 0;
+        for e in self
+            .entries()
+            .iter()
+            .copied()
+            .chain(before.filter(|&(w, _)| w > own))
+        {
+            let keep = (e.0 > own || (e.0 == own && !drop_equal)) && e.1 + e.0 > now;
+            if keep {
+                all[n] = e;
+                n += 1;
+            }
+        }
+        if n == 0 {
+            self.len = 0;
+            return;
+        }
+        let all = &mut all[..n];
         // Pareto: longest first, an entry stays only if used after every longer one.
         all.sort_unstable_by(|a, b| b.cmp(a));
-        let mut front: Vec<(u64, Millis)> = Vec::with_capacity(all.len());
-        for e in all {
-            if front.last().is_none_or(|&(_, last)| e.1 > last) {
-                front.push(e);
+        let mut front = [(0u64, 0 as Millis); MAX_KEPT + 1];
+        let mut len = 0;
+        for &e in all.iter() {
+            if len == 0 || e.1 > front[len - 1].1 {
+                front[len] = e;
+                len += 1;
             }
         }
         // Too many: merge the two used most recently (the two shortest).
-        while front.len() > MAX_KEPT {
-            let (Some(a), Some(b)) = (front.pop(), front.pop()) else {
-                break;
-            };
-            front.push((a.0.max(b.0), a.1.max(b.1)));
+        while len > MAX_KEPT {
+            let (a, b) = (front[len - 1], front[len - 2]);
+            front[len - 2] = (a.0.max(b.0), a.1.max(b.1));
+            len -= 1;
         }
+        let front = &mut front[..len];
         front.reverse();
-        self.set(&front);
+        self.set(front);
     }
 
     fn set(&mut self, entries: &[(u64, Millis)]) {

@@ -510,6 +510,15 @@ impl SubWindow {
         }
     }
 
+    /// The call's shape is the stored one and nothing is retained: the block fits as it is,
+    /// without planning (the common call, so it skips the plan's scan and front).
+    fn same_shape(&self, p: &Params) -> bool {
+        !self.retained()
+            && p.resolution_ms == self.resolution()
+            && p.window_ms == self.n() * self.resolution()
+            && self.ring_n() == self.n()
+    }
+
     /// The stored block already has the ring `plan` asks for.
     fn fits(&self, p: &Params, plan: &Plan) -> bool {
         p.resolution_ms == self.resolution()
@@ -612,8 +621,11 @@ impl Limit for SubWindow {
         if !p.valid() || now > MAX_TIMESTAMP {
             return false;
         }
-        let plan = self.plan(now, p);
-        if !self.fits(p, &plan) {
+        let plan = match self.same_shape(p) {
+            true => None,
+            false => Some(self.plan(now, p)),
+        };
+        if plan.as_ref().is_some_and(|plan| !self.fits(p, plan)) {
             return false;
         }
         let current = self.index(now);
@@ -631,7 +643,7 @@ impl Limit for SubWindow {
         self.put_count(current, count);
         self.put(TOTAL, total);
         self.put(LIMIT, p.limit as u32);
-        if let Some(front) = &plan.front {
+        if let Some(front) = plan.as_ref().and_then(|plan| plan.front.as_ref()) {
             // p is valid, so its window fits in 16 bits.
             self.set_front(p.subintervals() as u32, front);
         }
@@ -663,6 +675,9 @@ impl Limit for SubWindow {
     /// old one (or `latest`, if earlier), so none is lost; when each stops counting is
     /// approximate, as the sub-intervals it was spread over are gone.
     fn reshaped(&self, now: Millis, p: &Params) -> Option<SubWindow> {
+        if self.same_shape(p) {
+            return None;
+        }
         let now = now.max(self.latest());
         let plan = self.plan(now, p);
         if self.fits(p, &plan) {

@@ -3,8 +3,8 @@
 //! `RL.SLIDE` (an exact sliding log over one or several windows), `RL.SUBWIN` (a rolling
 //! window from sub-interval counters), `RL.FIXED` (fixed window), `RL.TOKEN` (token bucket),
 //! `RL.LEAKY` (a leaky bucket that schedules), `RL.PEEK` and `RL.REFUND`,
-//! on a custom data type that persists, replicates deterministically and expires by itself
-//! when empty. The algorithms live in [`algo`] and know nothing of Redis; [`commands`] is the
+//! on a custom data type that persists, replicates deterministically (each change as
+//! `RL.APPLY key effect`, see [`effect`]) and expires by itself when empty. The algorithms live in [`algo`] and know nothing of Redis; [`commands`] is the
 //! thin layer that parses, reads the clock, replies and replicates.
 
 pub mod algo;

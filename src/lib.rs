@@ -4,7 +4,7 @@
 //! window from sub-interval counters), `RL.FIXED` (fixed window), `RL.TOKEN` (token bucket),
 //! `RL.LEAKY` (a leaky bucket that schedules), `RL.PEEK` and `RL.REFUND`,
 //! on a custom data type that persists, replicates deterministically (each change as
-//! `RL.APPLY key effect`, see [`effect`]) and expires by itself when empty. The algorithms live in [`algo`] and know nothing of Redis; [`commands`] is the
+//! `RL.APPLY key effect`, see `src/effect.rs`) and expires by itself when empty. The algorithms live in [`algo`] and know nothing of Redis; [`commands`] is the
 //! thin layer that parses, reads the clock, replies and replicates.
 
 pub mod algo;

@@ -4,8 +4,9 @@
 //! window from sub-interval counters), `RL.FIXED` (fixed window), `RL.TOKEN` (token bucket),
 //! `RL.LEAKY` (a leaky bucket that schedules), `RL.PEEK` and `RL.REFUND`,
 //! on a custom data type that persists, replicates deterministically (each change as
-//! `RL.APPLY key effect`, see `src/effect.rs`) and expires by itself when empty. The algorithms live in [`algo`] and know nothing of Redis; [`commands`] is the
-//! thin layer that parses, reads the clock, replies and replicates.
+//! `RL.APPLY key effect`, see `src/effect.rs`) and expires by itself when empty. The
+//! algorithms live in [`algo`] and know nothing of Redis; [`commands`] is the thin layer
+//! that parses, reads the clock, replies and replicates.
 
 pub mod algo;
 mod api;

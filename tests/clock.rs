@@ -26,6 +26,15 @@ fn default_server() -> Server {
     Server::start(&[&format!("--{NOW_MAX_AHEAD}"), "1000"])
 }
 
+/// `CONFIG GET ratelimit.now-max-ahead-ms` as the server answers it.
+fn now_max_ahead(c: &mut Connection) -> Vec<String> {
+    redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(NOW_MAX_AHEAD)
+        .query(c)
+        .unwrap()
+}
+
 /// The key's PTTL is the reply's reset_after_ms, give or take the time since the reply.
 fn assert_ttl_is_reset(c: &mut Connection, key: &str, reply: [i64; 5], what: &str) {
     let pttl = int(c, &["PTTL", key]);
@@ -70,11 +79,7 @@ fn a_lagging_now_never_turns_a_limiter_off(#[case] lag: u64) {
 fn a_now_far_ahead_is_refused_by_default_and_changes_nothing() {
     let server = default_server();
     let mut c = server.conn();
-    let cfg: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg(NOW_MAX_AHEAD)
-        .query(&mut c)
-        .unwrap();
+    let cfg = now_max_ahead(&mut c);
     assert_eq!(cfg, [NOW_MAX_AHEAD, "1000"]);
     let hour = unix_ms() + 3_600_000;
     for spec in KINDS {
@@ -140,11 +145,7 @@ fn the_bound_is_set_on_the_loadmodule_line() {
     // Words after the module path are the module's arguments.
     let server = Server::start(&["now-max-ahead-ms", "5"]);
     let mut c = server.conn();
-    let cfg: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg(NOW_MAX_AHEAD)
-        .query(&mut c)
-        .unwrap();
+    let cfg = now_max_ahead(&mut c);
     assert_eq!(cfg, [NOW_MAX_AHEAD, "5"]);
     let e = err(
         &mut c,

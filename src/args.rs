@@ -223,6 +223,17 @@ pub fn refund<A: AsBytes>(args: &[A]) -> Result<Options, Error> {
     )?))
 }
 
+/// `RL.CHARGE key COST n [NOW ms]`: COST is required (there is no default to charge).
+pub fn charge<A: AsBytes>(args: &[A]) -> Result<Options, Error> {
+    let parsed = options(args.get(2..).ok_or(Error::Arity)?, &[Opt::Cost, Opt::Now])?;
+    if parsed[Opt::Cost as usize].is_none() {
+        return Err(Error::Invalid(
+            "RL.CHARGE needs COST n, the units to record",
+        ));
+    }
+    Ok(Options::from(parsed))
+}
+
 /// `RL.RESTORE key payload`
 pub fn restore<A: AsBytes>(args: &[A]) -> Result<&[u8], Error> {
     match args {

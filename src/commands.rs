@@ -432,6 +432,41 @@ fn refund_as<A: AsBytes>(ctx: &Context, name: Arg, args: &[A], mode: Mode) -> Re
     Ok(Reply::Decision(decision))
 }
 
+pub fn charge(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
+    charge_as(ctx, key_arg(args)?, args, Mode::Decide)
+}
+
+/// `RL.CHARGE`: records units on an existing limiter under the parameters it last used, even
+/// beyond its limit (a cost known after the work was done).
+fn charge_as<A: AsBytes>(ctx: &Context, name: Arg, args: &[A], mode: Mode) -> Result<Reply, Error> {
+    let opts = args::charge(args)?;
+    let clock = clock(ctx, opts.now, mode)?;
+    let mut key = Key::open(ctx, name, true);
+    let Some(mut limiter) = key.limiter()? else {
+        return Ok(Reply::Nil);
+    };
+    let behind = limiter.latest().saturating_sub(clock.caller);
+    let before = limiter.empty_at();
+    let decision = limiter
+        .charge(clock.caller, opts.cost)
+        .ok_or(Error::Invalid(
+            "the charge does not fit the limiter's counters; nothing was recorded",
+        ))?
+        .seen_from_behind(behind);
+    if opts.cost == 0 {
+        return Ok(Reply::Decision(decision));
+    }
+    let (at, empty_at) = (limiter.latest(), limiter.empty_at());
+    let decision = decision.resetting_at(empty_at, clock.caller);
+    // Never deletes the key: it holds the units just recorded.
+    let expiry = settle(&key, c"rl.charge", empty_at, clock.lag, before);
+    propagate(ctx, name, mode, "RL.CHARGE", |line| {
+        line.option("COST", opts.cost).option("NOW", at);
+    });
+    replicate_expiry(ctx, name, clock.lag, expiry);
+    Ok(Reply::Decision(decision))
+}
+
 /// `RL.APPLY key effect`: records the effect of a decision taken by a primary (or read from
 /// the AOF) as it was taken, without deciding again. See [`crate::effect`].
 pub fn apply(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
@@ -454,9 +489,11 @@ pub fn apply(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
         subwin_as(ctx, *key, w, Mode::Apply)
     } else if is("RL.REFUND") {
         refund_as(ctx, *key, w, Mode::Apply)
+    } else if is("RL.CHARGE") {
+        charge_as(ctx, *key, w, Mode::Apply)
     } else {
         Err(Error::Invalid(
-            "an RL.APPLY effect starts with a limiter command or RL.REFUND",
+            "an RL.APPLY effect starts with a limiter command, RL.REFUND or RL.CHARGE",
         ))
     }
 }

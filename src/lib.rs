@@ -46,6 +46,11 @@ const ALLOCATOR: Allocator = std::alloc::System;
 const KEY: Arg = arg("key", ArgKind::Key);
 const COST: Arg = option("COST", "cost");
 const NOW: Arg = option("NOW", "unix-time-milliseconds");
+/// RL.CHARGE's COST: required.
+const UNITS: Arg = Arg {
+    optional: false,
+    ..COST
+};
 const WINDOW: [Arg; 2] = [LIMIT, WINDOW_MS];
 
 const BURST: Arg = option("BURST", "burst");
@@ -63,7 +68,7 @@ const WINDOW_MS: Arg = arg("window-ms", ArgKind::Integer);
 
 const RESOLUTION_MS: Arg = arg("resolution-ms", ArgKind::Integer);
 
-static COMMANDS: [Info; 9] = [
+static COMMANDS: [Info; 10] = [
     Info {
         name: "RL.SUBWIN",
         summary: "Rolling window approximated by window_ms/resolution_ms sub-interval counters plus the weighted trailing sub-interval: constant memory whatever the limit",
@@ -133,6 +138,14 @@ static COMMANDS: [Info; 9] = [
         args: &[KEY, COST, NOW],
     },
     Info {
+        name: "RL.CHARGE",
+        summary: "Records units on an existing limiter under the parameters it last used, even beyond its limit: a cost known once the work is done",
+        complexity: "O(log N) for a sliding log, O(1) for a bucket or fixed window, O(R) for a sub-interval window of R sub-intervals",
+        arity: -4,
+        read_only: false,
+        args: &[KEY, UNITS, NOW],
+    },
+    Info {
         name: "RL.APPLY",
         summary: "Records the effect of a decision taken elsewhere (what replicas and the AOF receive): the deciding command's words after its key, with COST and NOW, as one argument",
         complexity: "As the command it applies",
@@ -181,6 +194,12 @@ command!(
     Some(&stats::REFUND),
     commands::refund
 );
+command!(
+    rl_charge,
+    "RL.CHARGE",
+    Some(&stats::CHARGE),
+    commands::charge
+);
 command!(rl_restore, "RL.RESTORE", None, commands::restore);
 command!(rl_apply, "RL.APPLY", None, commands::apply);
 
@@ -201,7 +220,7 @@ type Registration = (
 const WRITE: &CStr = c"write deny-oom";
 const WRITE_FAST: &CStr = c"write deny-oom fast";
 
-static REGISTRY: [Registration; 9] = [
+static REGISTRY: [Registration; 10] = [
     // Binary searches over the log and an O(1) move of its head past the records that left
     // (merged per millisecond): O(log N), like ZADD. The only linear steps are amortised:
     // giving memory back once a burst has left, a bounded amount per call.
@@ -217,6 +236,9 @@ static REGISTRY: [Registration; 9] = [
     // O(log N) on a log (a binary search for the cut), but walks back over a ring's
     // sub-intervals (RL.SUBWIN).
     (c"RL.REFUND", Some(rl_refund), c"write", "write slow"),
+    // Records under the stored parameters: as RL.SLIDE on a log, but clears a ring's
+    // sub-intervals as RL.SUBWIN does.
+    (c"RL.CHARGE", Some(rl_charge), WRITE, "write slow"),
     // Decodes a whole value: O(N).
     (c"RL.RESTORE", Some(rl_restore), WRITE, "write slow"),
     // Applies one effect: as the command it names (RL.SLIDE at most O(log N)).

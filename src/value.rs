@@ -186,6 +186,29 @@ impl Limiter {
         }
     }
 
+    /// Records `units` under the parameters last used, whatever the limit (`RL.CHARGE`), and
+    /// answers as [`Limit::charge`] does; `None`, changing nothing, when they do not fit.
+    pub fn charge(&mut self, now: Millis, units: u64) -> Option<Decision> {
+        match self {
+            Limiter::Slide(log) => {
+                let windows: Box<[Window]> = log.windows().into();
+                log.charge(now, &windows, units)
+            }
+            Limiter::Token(g) | Limiter::Leaky(g) => {
+                let p = g.params();
+                g.charge(now, &p, units)
+            }
+            Limiter::Fixed(w) => {
+                let p = w.params();
+                w.charge(now, &p, units)
+            }
+            Limiter::Subwin(w) => {
+                let p = w.params();
+                w.charge(now, &p, units)
+            }
+        }
+    }
+
     /// The latest time the limiter has seen; it replicates changes at this time.
     pub fn latest(&self) -> Millis {
         match self {

@@ -85,7 +85,7 @@ const PEEK: &[&str] = &["RL.PEEK", "k"];
 
 /// One call of every command; RL.RESTORE's payload and RL.APPLY's effect are refused, but
 /// not by ACL.
-const ALL: [&[&str]; 9] = [
+const ALL: [&[&str]; 10] = [
     SLIDE,
     &["RL.TOKEN", "t", "10", "60000"],
     &["RL.LEAKY", "l", "10", "60000"],
@@ -93,13 +93,14 @@ const ALL: [&[&str]; 9] = [
     &["RL.SUBWIN", "s", "10", "60000", "1000"],
     PEEK,
     &["RL.REFUND", "k"],
+    &["RL.CHARGE", "k", "COST", "1"],
     &["RL.RESTORE", "r", "not-a-payload"],
     &["RL.APPLY", "a", "not-an-effect"],
 ];
 
 /// The standard categories of each command (`ACL CAT` leaves module commands out; `COMMAND
 /// INFO` shows them).
-const CATEGORIES: [(&str, &[&str]); 9] = [
+const CATEGORIES: [(&str, &[&str]); 10] = [
     ("RL.SLIDE", &["@write", "@fast"]),
     ("RL.TOKEN", &["@write", "@fast"]),
     ("RL.LEAKY", &["@write", "@fast"]),
@@ -107,6 +108,7 @@ const CATEGORIES: [(&str, &[&str]); 9] = [
     ("RL.SUBWIN", &["@write", "@slow"]),
     ("RL.PEEK", &["@read", "@slow"]),
     ("RL.REFUND", &["@write", "@slow"]),
+    ("RL.CHARGE", &["@write", "@slow"]),
     ("RL.RESTORE", &["@write", "@slow"]),
     ("RL.APPLY", &["@write", "@slow"]),
 ];

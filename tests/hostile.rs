@@ -187,6 +187,7 @@ fn corpus(t: u64) -> Vec<Vec<Vec<u8>>> {
             "RL.SUBWIN K 1 1000 10",
             "RL.PEEK K",
             "RL.REFUND K",
+            "RL.CHARGE K COST 1",
         ] {
             let mut call = words(line);
             call[1] = key.to_vec();
@@ -213,6 +214,16 @@ fn corpus(t: u64) -> Vec<Vec<Vec<u8>>> {
         "RL.FIXED h:cost5 4294967295 1 COST 4294967295 NOW T",
         "RL.REFUND h:cost3 COST 9223372036854775807 NOW T",
         "RL.REFUND h:cost5 COST 9223372036854775807",
+        // Charges beyond every counter, at both ends of time.
+        "RL.CHARGE h:cost3 COST 9223372036854775807 NOW T",
+        "RL.CHARGE h:time3 COST 9223372036854775807",
+        "RL.CHARGE h:time3 COST 4611686018427387904 NOW 253402300799999",
+        "RL.CHARGE h:time4 COST 9223372036854775807 NOW 253402300799999",
+        "RL.CHARGE h:time4 COST 1 NOW 0",
+        "RL.CHARGE h:cost2 COST 9223372036854775807",
+        "RL.CHARGE h:cost5 COST 4294967295",
+        "RL.CHARGE h:time COST 4294967295 NOW 253402300799999",
+        "RL.CHARGE h:time2 COST 2147483647",
         // Every limiter at its widest shape.
         "RL.SLIDE h:wide 4294967295 2678400000 1 1 2 2 3 3 4 4 5 5 6 6 7 7",
         "RL.SUBWIN h:wide2 2147483647 4096 1 COST 2147483647",
@@ -229,6 +240,9 @@ fn corpus(t: u64) -> Vec<Vec<Vec<u8>>> {
         "RL.SUBWIN h:opt5 10 1000 100 100",
         "RL.PEEK h:slide NOW 1 NOW 2",
         "RL.REFUND h:slide COST 1 NOW",
+        "RL.CHARGE h:slide COST",
+        "RL.CHARGE h:slide NOW 1",
+        "RL.CHARGE h:slide COST 1 COST 1",
         // Wrong arity everywhere.
         "RL.SLIDE",
         "RL.SUBWIN h:x",
@@ -239,6 +253,8 @@ fn corpus(t: u64) -> Vec<Vec<Vec<u8>>> {
         "RL.FIXED h:x 1",
         "RL.PEEK",
         "RL.REFUND",
+        "RL.CHARGE",
+        "RL.CHARGE h:x",
         "RL.RESTORE h:x",
         "RL.RESTORE h:x a b",
     ] {

@@ -161,7 +161,8 @@ impl Limit for Gcra {
 
     /// When the bucket is back to empty if nothing else arrives; `None` when it already is.
     fn empty_at(&self) -> Option<Millis> {
-        (self.debt > 0).then(|| self.latest + self.params().ms_ceil(self.debt))
+        // Only a charge beyond the limit takes the debt near 2^64 ticks: saturate.
+        (self.debt > 0).then(|| self.latest.saturating_add(self.params().ms_ceil(self.debt)))
     }
 
     /// The answer to `cost` units at `now` under `p`, changing nothing.
@@ -206,9 +207,14 @@ impl Limit for Gcra {
             return false;
         }
         let now = now.max(self.latest);
-        let need = self
-            .debt_at(now, p)
-            .saturating_add(cost.saturating_mul(p.t()));
+        // Beyond the capacity only through a charge (`Limit::charge`); a debt past 2^64
+        // ticks would be lost, so it is refused.
+        let Some(need) = cost
+            .checked_mul(p.t())
+            .and_then(|units| self.debt_at(now, p).checked_add(units))
+        else {
+            return false;
+        };
         *self = Gcra {
             latest: now,
             debt: need,

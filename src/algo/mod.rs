@@ -139,6 +139,26 @@ pub trait Limit {
         }
         decision
     }
+
+    /// Records `units` under `p` whatever the limit (`RL.CHARGE`: work that has happened must
+    /// count), then answers as the limiter stands at `now`: `allowed` true (the units are
+    /// recorded), the limit and the units still free (0 once beyond the limit), what a request
+    /// of one unit would be told now as `retry_after` (the exact wait while beyond the limit,
+    /// a leaky bucket's delay), and the reset. `None`, changing nothing, when the units do not
+    /// fit the limiter's counters.
+    fn charge(&mut self, now: Millis, p: &Self::Params, units: u64) -> Option<Decision> {
+        if units > 0 && !self.record(now, p, units) {
+            return None;
+        }
+        let now = now.max(self.latest());
+        let state = self.evaluate(now, p, 0);
+        let next = self.evaluate(now, p, 1);
+        Some(Decision {
+            allowed: true,
+            retry_after: next.retry_after,
+            ..state
+        })
+    }
 }
 
 #[cfg(test)]
@@ -187,5 +207,105 @@ pub(crate) mod table {
             let got = limiter.acquire(t0 + t, params, *cost).as_reply();
             assert_eq!(&got, want, "row {i} at +{t}ms cost {cost}");
         }
+    }
+}
+
+/// `Limit::charge` on every kind: the units count even beyond the limit, and the wait it
+/// answers is exact.
+#[cfg(test)]
+mod charge_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const T0: Millis = 1_700_000_000_000;
+
+    /// Acquisitions and charges at growing times; after each charge, a request of one unit
+    /// is refused exactly until the wait the charge answered, and allowed from then on.
+    fn check<L: Limit + Clone>(mut l: L, p: &L::Params, ops: &[(u64, u64, bool)]) {
+        let mut now = T0;
+        for &(dt, cost, charge) in ops {
+            now += dt;
+            if !charge {
+                l.acquire(now, p, cost);
+                continue;
+            }
+            let Some(d) = l.charge(now, p, cost) else {
+                continue;
+            };
+            assert!(d.allowed);
+            let next = l.evaluate(now, p, 1);
+            assert_eq!(d.retry_after, next.retry_after);
+            assert_eq!(d.remaining, l.evaluate(now, p, 0).remaining);
+            if next.allowed {
+                continue;
+            }
+            match d.retry_after {
+                Wait::Ms(w) => {
+                    assert!(w > 0);
+                    assert!(l.evaluate(now + w, p, 1).allowed, "allowed after {w} ms");
+                    assert!(
+                        !l.evaluate(now + w - 1, p, 1).allowed,
+                        "refused before {w} ms"
+                    );
+                }
+                other => panic!("refused with {other:?}"),
+            }
+        }
+    }
+
+    fn ops() -> impl Strategy<Value = Vec<(u64, u64, bool)>> {
+        prop::collection::vec((0u64..400, 0u64..30, any::<bool>()), 1..40)
+    }
+
+    proptest! {
+        #[test]
+        fn buckets(limit in 1u64..20, window_ms in 1u64..1000, burst in 1u64..20,
+                   max_delay_ms in 0u64..500, ops in ops()) {
+            let p = gcra::Params { limit, window_ms, burst, max_delay_ms };
+            check(gcra::Gcra::new(&p), &p, &ops);
+        }
+
+        #[test]
+        fn fixed_windows(limit in 1u64..20, window_ms in 1u64..1000, align: bool, ops in ops()) {
+            let p = fixed::Params { limit, window_ms, align };
+            check(fixed::FixedWindow::new(&p), &p, &ops);
+        }
+
+        #[test]
+        fn sliding_logs(limit in 1u64..20, window_ms in 1u64..1000, second: Option<(u64, u64)>,
+                        ops in ops()) {
+            let mut windows = vec![Window { limit, window_ms }];
+            if let Some((l, w)) = second {
+                windows.push(Window { limit: 1 + l % 40, window_ms: 1 + w % 3000 });
+            }
+            check(slide::SlidingLog::new(&windows), windows.as_slice(), &ops);
+        }
+
+        #[test]
+        fn sub_interval_windows(limit in 1u64..20, n in 1u64..12, resolution_ms in 1u64..100,
+                                ops in ops()) {
+            let p = subwin::Params { limit, window_ms: n * resolution_ms, resolution_ms };
+            check(subwin::SubWindow::new(&p), &p, &ops);
+        }
+    }
+
+    #[test]
+    fn a_charge_beyond_the_limit_refuses_until_it_has_drained() {
+        let p = gcra::Params {
+            limit: 10,
+            window_ms: 1000,
+            burst: 10,
+            max_delay_ms: 0,
+        };
+        let mut g = gcra::Gcra::new(&p);
+        let d = g.charge(T0, &p, 25).unwrap();
+        // 25 units at 100 ms each: one more fits once 16 have drained, 1,600 ms on.
+        assert_eq!(d.as_reply(), [1, 10, 0, 1600, 2500]);
+        assert!(!g.evaluate(T0 + 1599, &p, 1).allowed);
+        assert!(g.evaluate(T0 + 1600, &p, 1).allowed);
+        // A charge past 2^64 ticks does not fit and changes nothing.
+        let before = g.clone();
+        assert_eq!(g.charge(T0, &p, u64::MAX / 100), None);
+        assert_eq!(g, before);
     }
 }

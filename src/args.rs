@@ -209,10 +209,13 @@ pub fn slide<A: AsBytes>(args: &[A]) -> Result<Slide, Error> {
     })
 }
 
-/// `RL.PEEK key [NOW ms]`
-pub fn peek<A: AsBytes>(args: &[A]) -> Result<Option<Millis>, Error> {
-    let opts = options(args.get(2..).ok_or(Error::Arity)?, &[Opt::Now])?;
-    Ok(opts[Opt::Now as usize])
+/// `RL.PEEK key [COST n] [NOW ms]`: COST 0 (a read of the state) when left out.
+pub fn peek<A: AsBytes>(args: &[A]) -> Result<Options, Error> {
+    let opts = options(args.get(2..).ok_or(Error::Arity)?, &[Opt::Cost, Opt::Now])?;
+    Ok(Options {
+        cost: opts[Opt::Cost as usize].unwrap_or(0),
+        now: opts[Opt::Now as usize],
+    })
 }
 
 /// `RL.REFUND key [COST n] [NOW ms]`
@@ -613,7 +616,7 @@ mod tests {
             if let Ok(w) = subwin(&args) {
                 proptest::prop_assert!(w.params.valid());
             }
-            let parsed = [peek(&args).map(|now| Options { cost: 1, now }), refund(&args)];
+            let parsed = [peek(&args), refund(&args), charge(&args)];
             for o in parsed.into_iter().flatten() {
                 proptest::prop_assert!(o.now.is_none_or(|t| t <= MAX_TIMESTAMP));
             }

@@ -388,9 +388,16 @@ fn bucket<A: AsBytes>(
 }
 
 pub fn peek(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
-    let clock = clock(ctx, args::peek(args)?, Mode::Decide)?;
+    let opts = args::peek(args)?;
+    let clock = clock(ctx, opts.now, Mode::Decide)?;
     let mut key = Key::open(ctx, key_arg(args)?, false);
     Ok(match key.limiter()? {
+        Some(limiter) if opts.cost > 0 => {
+            // What the limiter command would answer for COST n, its reset included.
+            let behind = limiter.latest().saturating_sub(clock.caller);
+            let decision = limiter.peek_cost(clock.caller, opts.cost);
+            Reply::Decision(decision.seen_from_behind(behind))
+        }
         Some(limiter) => {
             let behind = limiter.latest().saturating_sub(clock.caller);
             let decision = limiter.peek(clock.caller).seen_from_behind(behind);

@@ -123,11 +123,11 @@ static COMMANDS: [Info; 10] = [
     },
     Info {
         name: "RL.PEEK",
-        summary: "Reports a limiter's state under the parameters it last used, changing nothing",
+        summary: "Reports a limiter's state under the parameters it last used, or with COST what a call of that many units would be answered, changing nothing",
         complexity: "O(log N)",
         arity: -2,
         read_only: true,
-        args: &[KEY, NOW],
+        args: &[KEY, COST, NOW],
     },
     Info {
         name: "RL.REFUND",

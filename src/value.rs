@@ -176,6 +176,17 @@ impl Limiter {
         }
     }
 
+    /// What a call of `cost` units would be answered under the parameters last used, changing
+    /// nothing (`RL.PEEK key COST n`).
+    pub fn peek_cost(&self, now: Millis, cost: u64) -> Decision {
+        match self {
+            Limiter::Slide(log) => log.evaluate(now, log.windows(), cost),
+            Limiter::Token(g) | Limiter::Leaky(g) => g.evaluate(now, &g.params(), cost),
+            Limiter::Fixed(w) => w.evaluate(now, &w.params(), cost),
+            Limiter::Subwin(w) => w.evaluate(now, &w.params(), cost),
+        }
+    }
+
     /// Gives back up to `units`, newest first, and answers like [`Limiter::peek`].
     pub fn refund(&mut self, now: Millis, units: u64) -> Decision {
         match self {

@@ -622,3 +622,35 @@ fn sub_interval_window_changes_shape_and_keeps_its_units(server: Server) {
         32 + 2560 + 32
     );
 }
+
+/// `RL.PEEK key COST n` answers what the limiter command with `COST n` would, and changes
+/// nothing; without COST it reads the state (`allowed` always 1).
+#[rstest]
+fn peek_with_cost_answers_as_the_command_would_and_changes_nothing(server: Server) {
+    let mut c = server.conn();
+    let t = unix_ms();
+    for first in [
+        "RL.SLIDE s 5 1000 8 60000",
+        "RL.TOKEN tb 5 1000",
+        "RL.LEAKY lb 5 1000 MAXDELAY 500",
+        "RL.FIXED f 5 1000",
+        "RL.SUBWIN w 5 1000 100",
+    ] {
+        let key = first.split(' ').nth(1).unwrap();
+        rl(&mut c, &format!("{first} COST 3 NOW {t}"));
+        for (cost, dt) in [(1, 10), (2, 20), (3, 30), (9, 40), (2, 700)] {
+            let at = t + dt;
+            let before = digest(&mut c, key);
+            let peek = rl(&mut c, &format!("RL.PEEK {key} COST {cost} NOW {at}"));
+            assert_eq!(digest(&mut c, key), before, "{first}: PEEK changed the key");
+            let call = rl(&mut c, &format!("{first} COST {cost} NOW {at}"));
+            assert_eq!(peek, call, "{first} COST {cost} at +{dt}");
+        }
+    }
+    // Without COST: the state, allowed or not.
+    assert_eq!(rl(&mut c, &format!("RL.PEEK f NOW {}", t + 50))[0], 1);
+    assert_eq!(
+        run(&mut c, &["RL.PEEK", "nothing", "COST", "1"]).unwrap(),
+        Value::Nil
+    );
+}

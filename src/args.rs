@@ -408,7 +408,7 @@ mod tests {
         "RL.SLIDE k 1 1 2 2 3 3 4 4 5 5 6 6 7 7 8 8 9 9",
         Error::TooManyWindows(8)
     )]
-    #[case("RL.PEEK k COST 1", Error::UnknownOption("COST".into()))]
+    #[case("RL.PEEK k BURST 1", Error::UnknownOption("BURST".into()))]
     fn bad_input_names_the_argument(#[case] line: &str, #[case] want: Error) {
         let args = call(line);
         let got = if line.starts_with("RL.PEEK") {

@@ -89,7 +89,7 @@ const MAXDELAY: &str = "ERR MAXDELAY must be an integer from 0 to 2678400000";
 #[case(&["RL.SUBWIN", "bad", "10", "1000", "100", "NOW", "1", "NOW", "1"], "ERR option NOW given more than once")]
 #[case(&["RL.SUBWIN", "bad", "10", "60000", "1000"], "WRONGTYPE key holds a RL.SLIDE limiter, not RL.SUBWIN")]
 #[case(&["RL.PEEK"], ARITY)]
-#[case(&["RL.PEEK", "bad", "COST", "1"], "ERR unknown option 'COST'")]
+#[case(&["RL.PEEK", "bad", "BURST", "1"], "ERR unknown option 'BURST'")]
 #[case(&["RL.PEEK", "bad", "NOW"], "ERR option NOW needs a value")]
 #[case(&["RL.PEEK", "bad", "NOW", "soon"], NOW)]
 #[case(&["RL.REFUND"], ARITY)]

@@ -1,37 +1,76 @@
-# redis-ratelimit: `make run` and `make test` do all the set-up on a fresh Debian machine.
+# redis-ratelimit: `make run` and `make test` do all the set-up on a fresh Debian machine;
+# elsewhere they say what is missing.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-SO      := target/release/libredis_ratelimit.so
+# The library cargo builds: .so on Linux, .dylib on macOS (Redis loads either).
+OS      := $(shell uname -s | tr A-Z a-z)
+ARCH    := $(shell uname -m)
+LIB_EXT := $(if $(filter darwin,$(OS)),dylib,so)
+SO      := target/release/libredis_ratelimit.$(LIB_EXT)
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+DIST    := redis-ratelimit-$(VERSION)-$(OS)-$(ARCH)
+PORT    ?= 6379
+SHA256  := $(shell command -v sha256sum >/dev/null 2>&1 && echo sha256sum || echo 'shasum -a 256')
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-# Debian packages the build and the tests need: the server (with redis-cli and
-# redis-benchmark) and libclang for bindgen. `make bench-instr` also needs valgrind.
-PACKAGES := redis-server redis-tools libclang-dev
 
-# $(call apt_install,packages): installs those of the Debian packages that are missing.
-define apt_install
-	@missing=$$(for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-	  echo "installing:" $$missing; \
-	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+# $(call need,what,check,debian-packages,hint): runs `check`; when it fails, installs the
+# Debian packages where apt-get exists, and otherwise stops with `hint` (what to install).
+define need
+	@if ! ( $(2) ) >/dev/null 2>&1; then \
+	  if command -v apt-get >/dev/null 2>&1; then \
+	    echo "$(1) is missing: installing $(3)"; \
+	    $(SUDO) apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(3); \
+	  else \
+	    echo "$(1) is missing: $(4)" >&2; exit 1; \
+	  fi; \
 	fi
 endef
 
-.PHONY: help deps build run cluster cluster-stop test bench bench-instr bench-memory bigkeys accuracy fuzz lint fmt clean
+# Checks. libclang: bindgen loads it at build time (LIBCLANG_PATH names another place).
+HAVE_CC       := command -v cc
+# On Debian and Ubuntu, libclang-dev: the library and the compiler headers bindgen parses with.
+HAVE_LIBCLANG := if command -v dpkg; then dpkg -s libclang-dev; \
+                 else [ -n "$$LIBCLANG_PATH" ] || xcode-select -p || \
+                      { ldconfig -p || /sbin/ldconfig -p; } | grep -q libclang; fi
+HAVE_SERVER   := command -v redis-server && command -v redis-cli && command -v redis-benchmark
+
+.PHONY: help deps build-deps build run dist cluster cluster-stop test bench bench-instr bench-memory bigkeys accuracy fuzz lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
 
-deps: ## Install redis-server, redis-tools and libclang-dev when missing (apt)
-	$(call apt_install,$(PACKAGES))
+deps: build-deps ## Install what building and testing need when missing: a C compiler, libclang, redis-server (apt)
+	$(call need,redis-server (with redis-cli and redis-benchmark),$(HAVE_SERVER),redis-server redis-tools,install Redis 7.0 or later: brew install redis / dnf install redis / pacman -S redis / apk add redis)
 
-build: deps ## Build the module in release mode (target/release/libredis_ratelimit.so)
+build-deps:
+	$(call need,a C compiler,$(HAVE_CC),build-essential,install one: xcode-select --install / dnf install gcc / pacman -S base-devel / apk add build-base)
+	$(call need,libclang,$(HAVE_LIBCLANG),libclang-dev,install it: xcode-select --install / dnf install clang-devel / pacman -S clang / apk add clang-dev / or set LIBCLANG_PATH)
+
+build: build-deps ## Build the module in release mode (target/release/libredis_ratelimit.so, .dylib on macOS)
 	cargo build --release
 
-run: build ## Start redis-server on port 6379 with the module (redis.conf), in the foreground
+run: build ## Start redis-server with the module (redis.conf) in the foreground; PORT=6380 for another port
+	$(call need,redis-server,$(HAVE_SERVER),redis-server redis-tools,install Redis 7.0 or later: brew install redis / dnf install redis / pacman -S redis / apk add redis)
+	@if (exec 3<>/dev/tcp/127.0.0.1/$(PORT)) 2>/dev/null; then \
+	  echo "port $(PORT) is already taken, by $$(redis-cli -p $(PORT) INFO server 2>/dev/null | \
+	    grep -E '^(redis|valkey)_version' | tr -d '\r' || echo 'another program'):" >&2; \
+	  echo "  a distribution's own redis-server service? stop it (sudo systemctl stop redis-server)" >&2; \
+	  echo "  or run on another port: make run PORT=6380" >&2; \
+	  exit 1; \
+	fi
 	mkdir -p .run
-	redis-server redis.conf --loadmodule $(CURDIR)/$(SO)
+	redis-server redis.conf --port $(PORT) --loadmodule $(CURDIR)/$(SO)
+
+dist: build ## dist/redis-ratelimit-<version>-<os>-<arch>.tar.gz: the library, README, LICENSE, CHANGELOG, SHA-256 sums
+	rm -rf dist/$(DIST) dist/$(DIST).tar.gz dist/$(DIST).tar.gz.sha256
+	mkdir -p dist/$(DIST)
+	cp $(SO) README.md LICENSE CHANGELOG.md dist/$(DIST)/
+	cd dist/$(DIST) && $(SHA256) libredis_ratelimit.$(LIB_EXT) > SHA256SUMS
+	cd dist && tar -czf $(DIST).tar.gz $(DIST) && $(SHA256) $(DIST).tar.gz > $(DIST).tar.gz.sha256
+	rm -rf dist/$(DIST)
+	@echo "dist/$(DIST).tar.gz"; cat dist/$(DIST).tar.gz.sha256
 
 cluster: build ## Start a local cluster with the module: 3 primaries, 3 replicas, ports 7000-7005
 	cluster/cluster.sh start
@@ -46,7 +85,7 @@ bench: build ## Throughput against INCR, SET PX and the Lua scripts (CELL_SO=...
 	bench/bench.sh
 
 bench-instr: build ## Instructions per call under callgrind, a table with ratios (installs valgrind)
-	$(call apt_install,valgrind)
+	$(call need,valgrind,command -v valgrind,valgrind,install valgrind (Linux only))
 	bench/instr.sh
 
 bench-memory: build ## Memory per key over 1,000,000 keys of each kind, and DEBUG RELOAD time

@@ -290,9 +290,28 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     Status::Ok
 }
 
+/// The crate's version as `MODULE LIST` shows it: major·10000 + minor·100 + patch, so 0.1.0
+/// is 100 (the form Redis's own modules use). One version everywhere: Cargo.toml, `MODULE
+/// LIST`, `COMMAND DOCS` (`since`) and the release tarball.
+const MODULE_VERSION: i32 = number(env!("CARGO_PKG_VERSION_MAJOR")) * 10_000
+    + number(env!("CARGO_PKG_VERSION_MINOR")) * 100
+    + number(env!("CARGO_PKG_VERSION_PATCH"));
+
+/// A version component's decimal digits (Cargo has checked them).
+const fn number(digits: &str) -> i32 {
+    let bytes = digits.as_bytes();
+    let mut i = 0;
+    let mut n = 0;
+    while i < bytes.len() {
+        n = n * 10 + (bytes[i] - b'0') as i32;
+        i += 1;
+    }
+    n
+}
+
 redis_module! {
     name: "ratelimit",
-    version: 1,
+    version: MODULE_VERSION,
     allocator: (Allocator, ALLOCATOR),
     data_types: [LIMITER_TYPE],
     init: init,

@@ -344,6 +344,24 @@ fn the_module_is_listed_with_its_type(server: Server) {
     let mut c = server.conn();
     let modules = format!("{:?}", run(&mut c, &["MODULE", "LIST"]).unwrap());
     assert!(modules.contains("ratelimit"), "{modules}");
+    // One version everywhere: Cargo.toml's, as major·10000 + minor·100 + patch, and as
+    // COMMAND DOCS's `since`.
+    let part = |s: &str| s.parse::<i64>().unwrap();
+    let version = part(env!("CARGO_PKG_VERSION_MAJOR")) * 10_000
+        + part(env!("CARGO_PKG_VERSION_MINOR")) * 100
+        + part(env!("CARGO_PKG_VERSION_PATCH"));
+    assert!(
+        modules.contains(&format!("int({version})")),
+        "{modules}: version {version}"
+    );
+    let docs = format!(
+        "{:?}",
+        run(&mut c, &["COMMAND", "DOCS", "RL.TOKEN"]).unwrap()
+    );
+    assert!(
+        docs.contains(&format!("\"{}\"", env!("CARGO_PKG_VERSION"))),
+        "{docs}"
+    );
     rl(&mut c, "RL.SLIDE t 1 60000");
     assert_eq!(text(&mut c, &["TYPE", "t"]), "ratelimit");
 }

@@ -26,13 +26,19 @@ pub fn module_path() -> PathBuf {
     }
     let exe = std::env::current_exe().expect("test binary path");
     let deps = exe.parent().expect("deps dir");
+    // libredis_ratelimit.so, or .dylib on macOS.
+    let name = format!(
+        "{}redis_ratelimit{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    );
     for dir in [deps, deps.parent().unwrap_or(deps)] {
-        let candidate = dir.join("libredis_ratelimit.so");
+        let candidate = dir.join(&name);
         if candidate.exists() {
             return candidate;
         }
     }
-    panic!("libredis_ratelimit.so not found near {}", deps.display());
+    panic!("{name} not found near {}", deps.display());
 }
 
 /// Unix time in milliseconds, for `NOW` values that keep keys alive in real time.

@@ -41,8 +41,11 @@ pub static FIXED: Counters = Counters::new("fixed");
 pub static SUBWIN: Counters = Counters::new("subwin");
 pub static PEEK: Counters = Counters::new("peek");
 pub static REFUND: Counters = Counters::new("refund");
+pub static ALL_KEYS: Counters = Counters::new("all");
 
-const ALL: [&Counters; 7] = [&SLIDE, &TOKEN, &LEAKY, &FIXED, &SUBWIN, &PEEK, &REFUND];
+const ALL: [&Counters; 8] = [
+    &SLIDE, &TOKEN, &LEAKY, &FIXED, &SUBWIN, &PEEK, &REFUND, &ALL_KEYS,
+];
 
 /// Writes the `ratelimit_stats` section: one line per command, like `INFO commandstats`.
 pub fn info(ctx: &InfoContext, _for_crash_report: bool) {

@@ -248,3 +248,283 @@ pub fn combine(decisions: &[Decision]) -> Decision {
         ..d
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algo::MAX_TIMESTAMP;
+    use crate::args;
+    use proptest::prelude::*;
+
+    const T0: Millis = 1_700_000_000_000;
+
+    fn specs(line: &str) -> Vec<Spec> {
+        let words: Vec<&str> = line.split(' ').collect();
+        args::all(&words).unwrap().specs
+    }
+
+    /// One key's own command, as `commands::limit` runs it: reshape or create, decide,
+    /// record when allowed. Returns the new state (`None`: nothing to store) and the reply.
+    fn single(held: Option<&Limiter>, spec: &Spec, now: Millis) -> (Option<Limiter>, Decision) {
+        fn run<L: Limit + Clone>(
+            held: Option<&L>,
+            fresh: L,
+            p: &L::Params,
+            cost: u64,
+            now: Millis,
+        ) -> (Option<L>, Decision) {
+            let mut l = match held {
+                Some(h) => h.reshaped(now, p).unwrap_or_else(|| h.clone()),
+                None => fresh,
+            };
+            let behind = l.latest().saturating_sub(now);
+            let d = l.acquire(now, p, cost).seen_from_behind(behind);
+            if d.allowed && cost > 0 {
+                let d = d.resetting_at(l.empty_at(), now);
+                (Some(l), d)
+            } else {
+                (None, d)
+            }
+        }
+        let cost = spec.cost;
+        match (&spec.params, held.map(|h| h.clone())) {
+            (SpecParams::Slide(w), h) => {
+                let h = h.and_then(|mut h| h.slide_mut().cloned());
+                let (l, d) = run(
+                    h.as_ref(),
+                    SlidingLog::new(w.as_slice()),
+                    w.as_slice(),
+                    cost,
+                    now,
+                );
+                (l.map(|l| Limiter::Slide(Box::new(l))), d)
+            }
+            (SpecParams::Token(p), h) => {
+                let h = h.and_then(|mut h| h.token_mut().cloned());
+                let (l, d) = run(h.as_ref(), Gcra::new(p), p, cost, now);
+                (l.map(|l| Limiter::Token(Box::new(l))), d)
+            }
+            (SpecParams::Leaky(p), h) => {
+                let h = h.and_then(|mut h| h.leaky_mut().cloned());
+                let (l, d) = run(h.as_ref(), Gcra::new(p), p, cost, now);
+                (l.map(|l| Limiter::Leaky(Box::new(l))), d)
+            }
+            (SpecParams::Fixed(p), h) => {
+                let h = h.and_then(|mut h| h.fixed_mut().cloned());
+                let (l, d) = run(h.as_ref(), FixedWindow::new(p), p, cost, now);
+                (l.map(|l| Limiter::Fixed(Box::new(l))), d)
+            }
+            (SpecParams::Subwin(p), h) => {
+                let h = h.and_then(|mut h| h.subwin_mut().cloned());
+                let (l, d) = run(h.as_ref(), SubWindow::new(p), p, cost, now);
+                (l.map(Limiter::Subwin), d)
+            }
+        }
+    }
+
+    /// Runs one call as `commands::all` does, on `keys` (a missing key is `None`).
+    fn call(keys: &mut [Option<Limiter>], specs: &[Spec], now: Millis) -> Combined {
+        let mut targets: Vec<Target> = keys
+            .iter_mut()
+            .zip(specs)
+            .map(|(k, s)| match k {
+                Some(l) => Target::Held(l),
+                None => Target::New(s.fresh()),
+            })
+            .collect();
+        let combined = acquire(&mut targets, specs, now).unwrap();
+        let created: Vec<Option<Limiter>> = targets
+            .into_iter()
+            .map(|t| match t {
+                Target::New(l) => Some(l),
+                Target::Held(_) => None,
+            })
+            .collect();
+        for ((k, new), o) in keys.iter_mut().zip(created).zip(&combined.each) {
+            if let (true, Some(new)) = (o.changed, new) {
+                *k = Some(new);
+            }
+        }
+        combined
+    }
+
+    fn encoded(keys: &[Option<Limiter>]) -> Vec<Option<Vec<u8>>> {
+        keys.iter()
+            .map(|k| k.as_ref().map(Limiter::encode))
+            .collect()
+    }
+
+    #[test]
+    fn all_or_nothing_on_two_layers() {
+        let s = specs("RL.ALL 2 rpm tpm SLIDE 2 60000 TOKEN 10000 60000 COST 3000");
+        let mut keys = [None, None];
+        let ok = call(&mut keys, &s, T0);
+        assert_eq!(ok.decision.as_reply(), [1, 2, 1, 0, 60000]);
+        assert_eq!(ok.each[1].decision.as_reply(), [1, 10000, 7000, 0, 18000]);
+        let ok = call(&mut keys, &s, T0 + 1);
+        assert_eq!(ok.decision.as_reply()[..3], [1, 2, 0]);
+        // The tokens would allow a third, the requests not: nothing is taken from either.
+        let before = encoded(&keys);
+        let refused = call(&mut keys, &s, T0 + 2);
+        assert_eq!(refused.decision.as_reply(), [0, 2, 0, 59998, 59999]);
+        assert!(refused.each[1].decision.allowed);
+        assert!(refused.each.iter().all(|o| !o.changed));
+        assert_eq!(encoded(&keys), before);
+    }
+
+    #[test]
+    fn another_kind_is_an_error_naming_its_index() {
+        let s = specs("RL.ALL 2 a b TOKEN 5 1000 FIXED 5 1000");
+        let mut keys = [None, Some(s[0].fresh())];
+        let mut targets: Vec<Target> = keys
+            .iter_mut()
+            .zip(&s)
+            .map(|(k, s)| match k {
+                Some(l) => Target::Held(l),
+                None => Target::New(s.fresh()),
+            })
+            .collect();
+        let err = acquire(&mut targets, &s, T0).unwrap_err();
+        assert_eq!(
+            err,
+            (
+                1,
+                Error::OtherKind {
+                    held: Kind::Token,
+                    wanted: "RL.FIXED"
+                }
+            )
+        );
+    }
+
+    #[test]
+    fn combined_fields() {
+        let d = |allowed, limit, remaining, retry_after, reset_after_ms| Decision {
+            allowed,
+            limit,
+            remaining,
+            retry_after,
+            reset_after_ms,
+        };
+        // Allowed: the least remaining, the longest wait (a leaky bucket's), the latest reset.
+        let got = combine(&[
+            d(true, 10, 3, Wait::None, 500),
+            d(true, 5, 1, Wait::None, 100),
+            d(true, 7, 1, Wait::Ms(40), 900),
+        ]);
+        assert_eq!(got.as_reply(), [1, 5, 1, 40, 900]);
+        // Refused: the refusing limiter with the longest wait; never beats any wait.
+        let got = combine(&[
+            d(false, 10, 0, Wait::Ms(700), 800),
+            d(true, 5, 4, Wait::Ms(900), 100),
+            d(false, 3, 0, Wait::Ms(200), 300),
+        ]);
+        assert_eq!(got.as_reply(), [0, 10, 0, 700, 800]);
+        let got = combine(&[
+            d(false, 10, 0, Wait::Ms(700), 800),
+            d(false, 2, 0, Wait::Never, 0),
+        ]);
+        assert_eq!(got.as_reply(), [0, 2, 0, -1, 800]);
+    }
+
+    /// One key's spec words: a kind, its parameters and options, a cost. `variant` picks one
+    /// of two parameter sets, so that a key's parameters change between calls.
+    fn spec_words() -> impl Strategy<Value = (u8, [String; 2])> {
+        let limit = 1u64..6;
+        let window = 1u64..8;
+        (
+            0u8..5,
+            limit.clone(),
+            limit,
+            window.clone(),
+            window,
+            0u8..4,
+            0u64..4,
+        )
+            .prop_map(|(kind, l1, l2, w1, w2, opt, cost)| {
+                let (w1, w2) = (w1 * 250, w2 * 500);
+                let cost = if cost == 1 {
+                    String::new()
+                } else {
+                    format!(" COST {cost}")
+                };
+                let words = |l: u64, w: u64| match kind {
+                    0 if opt % 2 == 0 => format!("SLIDE {l} {w}{cost}"),
+                    0 => format!("SLIDE {l} {w} {} {}{cost}", l * 2, w * 3),
+                    1 if opt == 0 => format!("TOKEN {l} {w}{cost}"),
+                    1 => format!("TOKEN {l} {w} BURST {opt}{cost}"),
+                    2 if opt == 0 => format!("LEAKY {l} {w}{cost}"),
+                    2 => format!("LEAKY {l} {w} MAXDELAY {} BURST {opt}{cost}", w * 2),
+                    3 if opt % 2 == 0 => format!("FIXED {l} {w}{cost}"),
+                    3 => format!("FIXED {l} {w} ALIGN{cost}"),
+                    _ => format!("SUBWIN {l} {w} {}{cost}", w / [1, 5, 25, 125][opt as usize]),
+                };
+                (kind, [words(l1, w1), words(l2, w2)])
+            })
+    }
+
+    proptest! {
+        /// A random mix of 1 to 8 limiters of every kind, called together many times:
+        /// when every one allows, the call equals calling each key's own command one by one;
+        /// when one refuses, nothing changes.
+        #[test]
+        fn all_equals_each_one_alone_or_changes_nothing(
+            keys in prop::collection::vec(spec_words(), 1..=8),
+            calls in prop::collection::vec(
+                (prop::collection::vec(0usize..2, 8), 0u64..1500, any::<bool>()),
+                1..40,
+            ),
+        ) {
+            let n = keys.len();
+            let mut state: Vec<Option<Limiter>> = vec![None; n];
+            let mut now = T0;
+            for (variants, step, back) in calls {
+                // Time mostly runs on; sometimes a caller is behind.
+                now = if back { now.saturating_sub(step / 4) } else { now + step };
+                prop_assert!(now <= MAX_TIMESTAMP);
+                let line = (0..n)
+                    .map(|i| keys[i].1[variants[i]].clone())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let names: Vec<String> = (0..n).map(|i| format!("k{i}")).collect();
+                let line = format!("RL.ALL {n} {} {line}", names.join(" "));
+                let s = specs(&line);
+                let model: Vec<(Option<Limiter>, Decision)> = state
+                    .iter()
+                    .zip(&s)
+                    .map(|(k, spec)| single(k.as_ref(), spec, now))
+                    .collect();
+                let before = encoded(&state);
+                let got = call(&mut state, &s, now);
+                let all_allow = model.iter().all(|(_, d)| d.allowed);
+                prop_assert_eq!(got.decision.allowed, all_allow);
+                let each: Vec<Decision> = got.each.iter().map(|o| o.decision).collect();
+                prop_assert_eq!(got.decision, combine(&each));
+                if all_allow {
+                    for (i, ((new, d), o)) in model.iter().zip(&got.each).enumerate() {
+                        prop_assert_eq!(&o.decision, d, "limiter {} in {} at {}", i, &line, now);
+                        if let Some(new) = new {
+                            let now_held = state[i].as_ref().map(Limiter::encode);
+                            prop_assert_eq!(now_held, Some(new.encode()));
+                        } else {
+                            prop_assert_eq!(&encoded(&state)[i], &before[i]);
+                        }
+                    }
+                } else {
+                    prop_assert_eq!(encoded(&state), before);
+                    for ((_, d), o) in model.iter().zip(&got.each) {
+                        // A refusing limiter answers as its own command; one that allows
+                        // recorded nothing here, where its own command would have.
+                        prop_assert_eq!(d.allowed, o.decision.allowed);
+                        if d.allowed {
+                            prop_assert_eq!(d.limit, o.decision.limit);
+                            prop_assert!(o.decision.remaining >= d.remaining);
+                        } else {
+                            prop_assert_eq!(&o.decision, d);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -742,6 +742,56 @@ mod tests {
         assert_eq!(restore(&["RL.RESTORE", "k"]), Err(Error::Arity));
     }
 
+    #[test]
+    fn all_splits_specs_by_kind() {
+        let line = "RL.ALL 3 a b c SLIDE 10 1000 100 60000 COST 2 token 5 1000 BURST 2 \
+                    FIXED 7 60000 ALIGN NOW 42";
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let all = all(&words).unwrap();
+        assert_eq!(all.keys, &["a", "b", "c"]);
+        assert_eq!(all.now, Some(42));
+        assert_eq!(all.specs.len(), 3);
+        assert!(matches!(all.specs[0].params, SpecParams::Slide(w) if w.as_slice().len() == 2));
+        assert_eq!(all.specs[0].cost, 2);
+        assert!(matches!(all.specs[1].params, SpecParams::Token(p) if p.burst == 2));
+        assert_eq!(all.specs[1].cost, 1);
+        assert!(matches!(all.specs[2].params, SpecParams::Fixed(p) if p.align));
+        assert_eq!(all_keys(&words), 2..5);
+        assert_eq!(all_keys(&["RL.ALL", "3", "a"]), 2..2);
+        assert_eq!(all_keys(&["RL.ALL", "x", "a"]), 2..2);
+    }
+
+    #[rstest]
+    #[case("RL.ALL", Error::Arity)]
+    #[case("RL.ALL 0 a TOKEN 1 1", Error::Range { arg: "numkeys", min: 1, max: ALL_MAX_KEYS })]
+    #[case("RL.ALL 17 a TOKEN 1 1", Error::Range { arg: "numkeys", min: 1, max: ALL_MAX_KEYS })]
+    #[case("RL.ALL 3 a b", Error::Arity)]
+    #[case("RL.ALL 2 a b TOKEN 1 1", Error::SpecCount { keys: 2, specs: 1 })]
+    #[case("RL.ALL 1 a TOKEN 1 1 TOKEN 1 1", Error::SpecCount { keys: 1, specs: 2 })]
+    #[case("RL.ALL 1 a", Error::SpecCount { keys: 1, specs: 0 })]
+    #[case(
+        "RL.ALL 2 a a TOKEN 1 1 TOKEN 1 1",
+        Error::for_key(b"a", Error::Invalid("the same key is given twice"))
+    )]
+    #[case("RL.ALL 1 a 5 1000", Error::InvalidWord("expected a limiter kind (SLIDE, TOKEN, LEAKY, FIXED, SUBWIN) after the keys", "5".into()))]
+    #[case("RL.ALL 1 a TOKEN 1", Error::for_key(b"a", Error::Arity))]
+    #[case("RL.ALL 1 a TOKEN 0 1", Error::for_key(b"a", Error::Range { arg: "limit", min: 1, max: MAX_RATE_LIMIT }))]
+    #[case("RL.ALL 2 a b TOKEN 1 1 FIXED 1 1 BURST 2", Error::for_key(b"b", Error::UnknownOption("BURST".into())))]
+    #[case(
+        "RL.ALL 1 a TOKEN 1 1 COST",
+        Error::for_key(b"a", Error::MissingValue("COST"))
+    )]
+    #[case("RL.ALL 1 a TOKEN 1 1 NOW", Error::MissingValue("NOW"))]
+    #[case("RL.ALL 2 a b TOKEN 1 1 NOW 5 FIXED 1 1", Error::InvalidWord("NOW comes once, after the last limiter; then nothing", "FIXED".into()))]
+    #[case(
+        "RL.ALL 1 a SUBWIN 1 1000 7",
+        Error::for_key(b"a", Error::Invalid("window_ms must be a multiple of resolution_ms"))
+    )]
+    fn all_bad_input(#[case] line: &str, #[case] want: Error) {
+        let words: Vec<&str> = line.split(' ').collect();
+        assert_eq!(all(&words).map(|_| ()), Err(want));
+    }
+
     /// Words a client might send: numbers near every bound, keywords, junk.
     fn word() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
         use proptest::prelude::*;
@@ -769,6 +819,8 @@ mod tests {
                 "BURST",
                 "MAXDELAY",
                 "ALIGN",
+                "TOKEN",
+                "SUBWIN",
                 "cost",
                 "x",
             ])
@@ -815,6 +867,11 @@ mod tests {
                 proptest::prop_assert!(o.now.is_none_or(|t| t <= MAX_TIMESTAMP));
             }
             let _ = restore(&args);
+            let mut multi = vec![Word(b"RL.ALL".to_vec()), Word(b"1".to_vec())];
+            multi.extend(args.into_iter().skip(1));
+            if let Ok(a) = all(&multi) {
+                proptest::prop_assert_eq!(a.specs.len(), 1);
+            }
         }
     }
 }

@@ -287,7 +287,7 @@ mod tests {
             }
         }
         let cost = spec.cost;
-        match (&spec.params, held.map(|h| h.clone())) {
+        match (&spec.params, held.cloned()) {
             (SpecParams::Slide(w), h) => {
                 let h = h.and_then(|mut h| h.slide_mut().cloned());
                 let (l, d) = run(

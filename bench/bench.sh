@@ -71,6 +71,12 @@ CASES=(
   "subwin-hot-refuse  | rl.subwin | lua-subwin-refuse | 100 |          | RL.SUBWIN sw 100 60000 1000"
   "subwin-hot-allow   | rl.subwin | lua-subwin-allow  | 100 |          | RL.SUBWIN swall 2000000000 60000 1000"
   "subwin-100k-keys   | rl.subwin | lua-subwin-100k   | 100 | -r 100000 | RL.SUBWIN s:__rand_int__ 100 60000 1000"
+  # RL.ALL over two buckets (requests and LLM tokens of one user), against the same two
+  # decided by a Lua script; against the two single calls, see the line after the table.
+  "all-hot-allow      | rl.all   | lua-all-allow     | 100 |           | RL.ALL 2 {u}:r {u}:t TOKEN 2000000000 1000 TOKEN 2000000000 1000 COST 4"
+  "all-hot-refuse     | rl.all   | lua-all-refuse    | 100 |           | RL.ALL 2 {u}:rr {u}:tt TOKEN 100 60000 TOKEN 2000000000 1000 COST 4"
+  "lua-all-allow      | evalsha  |                   | 25  |           | EVALSHA @all_gcra@ 2 lua:{u}:r lua:{u}:t 2000000000 1000 2000000000 1000 4"
+  "lua-all-refuse     | evalsha  |                   | 25  |           | EVALSHA @all_gcra@ 2 lua:{u}:rr lua:{u}:tt 100 60000 2000000000 1000 4"
   "lua-hot-refuse     | evalsha  |                   | 25  |           | EVALSHA @sliding_log@ 1 lua:hot 100 60000"
   "lua-hot-allow      | evalsha  |                   | 25  |           | EVALSHA @sliding_log@ 1 lua:hotall 4000000000 1000"
   "lua-100k-keys      | evalsha  |                   | 100 | -r 100000 | EVALSHA @sliding_log@ 1 lua:k:__rand_int__ 100 60000"
@@ -295,6 +301,14 @@ for i in "${!NAMES[@]}"; do
         (busec > 0 ? usec / busec : 0), vs
     }'
 done
+# RL.ALL over two keys against the two single-key calls it replaces (pipelined as every
+# case is): two RL.TOKEN calls per decision.
+if [[ -n ${INDEX[all-hot-allow]:-} && -n ${INDEX[token-hot-allow]:-} ]]; then
+  awk -v a="${BEST_RPS[${INDEX[all-hot-allow]}]}" -v t="${BEST_RPS[${INDEX[token-hot-allow]}]}" 'BEGIN {
+    printf "all-hot-allow: %.0f decisions/s over two keys; two RL.TOKEN calls (token-hot-allow): %.0f decisions/s; %.2fx\n",
+      a, t / 2, (t > 0 ? a / (t / 2) : 0)
+  }'
+fi
 echo
 awk -v rl="$MEM_RL" -v z="$MEM_Z" -v n="$MEM_REQS" -v enc="$ZENC" -v one="$MEM_ONE" 'BEGIN {
   printf "memory, %d requests in distinct ms (MEMORY USAGE key SAMPLES 0):\n", n

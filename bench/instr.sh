@@ -102,6 +102,10 @@ CASES=(
   "subwin-live       | live                 | 1   | live   | lua-subwin-live           | 100 | RL.SUBWIN k:__rand_int__ 100 86400000 1440000"
   "subwin-new        | new=subwin-live      | 1   | new    | lua-subwin-new            | 100 | RL.SUBWIN n:__rand_int__ 100 86400000 1440000"
 
+  # RL.ALL over two buckets; `vs token-hot-allow`: one of the two single calls it replaces.
+  "all-hot-allow     | hot                  | 1   | -      | lua-all-hot-allow token-hot-allow | 100 | RL.ALL 2 {u}:r {u}:t TOKEN 2000000000 1000 TOKEN 2000000000 1000 COST 4"
+  "all-hot-refuse    | hot                  | 0   | -      | lua-all-hot-refuse token-hot-refuse | 100 | RL.ALL 2 {u}:rr {u}:tt TOKEN 100 86400000 TOKEN 2000000000 1000 COST 4"
+
   "lua-slide-hot-allow    | hot                   | 1 | - |  | 25 | EVALSHA @sliding_log@ 1 hotall 4000000000 1000"
   "lua-slide-hot-refuse   | hot                   | 0 | - |  | 25 | EVALSHA @sliding_log@ 1 hot 100 86400000"
   "lua-slide-live         | live                  | 1 | - |  | 25 | EVALSHA @sliding_log@ 1 k:__rand_int__ 100 86400000"
@@ -122,6 +126,9 @@ CASES=(
   "lua-subwin-hot-refuse  | hot                   | 0 | - |  | 25 | EVALSHA @sub_intervals@ 1 sw 100 86400000 1440000"
   "lua-subwin-live        | live                  | 1 | - |  | 25 | EVALSHA @sub_intervals@ 1 k:__rand_int__ 100 86400000 1440000"
   "lua-subwin-new         | new=lua-subwin-live   | 1 | - |  | 25 | EVALSHA @sub_intervals@ 1 n:__rand_int__ 100 86400000 1440000"
+
+  "lua-all-hot-allow      | hot                   | 1 | - |  | 25 | EVALSHA @all_gcra@ 2 {u}:r {u}:t 2000000000 1000 2000000000 1000 4"
+  "lua-all-hot-refuse     | hot                   | 0 | - |  | 25 | EVALSHA @all_gcra@ 2 {u}:rr {u}:tt 100 86400000 2000000000 1000 4"
 
   # redis-cell: CL.THROTTLE key max_burst count period_s; the bucket holds max_burst + 1.
   # Hot allowed: one per second with a bucket of two billion, so every call moves the

@@ -47,6 +47,8 @@ impl AsBytes for Arg {
 /// What a handler answers before it becomes a Redis reply.
 pub enum Reply {
     Decision(Decision),
+    /// `RL.ALL`: the combined decision, then each limiter's in key order.
+    All(Decision, Vec<Decision>),
     Nil,
     Ok,
 }
@@ -78,7 +80,7 @@ pub unsafe fn dispatch(
     });
     if let Some(c) = counters {
         c.count(match &outcome {
-            Ok(Reply::Decision(d)) => Some(d.allowed),
+            Ok(Reply::Decision(d) | Reply::All(d, _)) => Some(d.allowed),
             Ok(_) => Some(true),
             Err(_) => None,
         });
@@ -94,6 +96,25 @@ pub unsafe fn dispatch(
                 array(ctx, 5);
                 for v in d.as_reply() {
                     long_long(ctx, v);
+                }
+            }
+        }
+        Ok(Reply::All(d, each)) => {
+            // The five fields of the call, then one array of five per limiter: a client
+            // that reads the first five reads it as any RL.* reply.
+            if let (Some(array), Some(long_long)) = (
+                raw::RedisModule_ReplyWithArray,
+                raw::RedisModule_ReplyWithLongLong,
+            ) {
+                array(ctx, 5 + each.len() as std::os::raw::c_long);
+                for v in d.as_reply() {
+                    long_long(ctx, v);
+                }
+                for d in &each {
+                    array(ctx, 5);
+                    for v in d.as_reply() {
+                        long_long(ctx, v);
+                    }
                 }
             }
         }
@@ -134,6 +155,41 @@ fn reply_error(ctx: *mut raw::RedisModuleCtx, msg: &str) {
             reply(ctx, msg.as_ptr());
         }
     }
+}
+
+/// For a command registered with `getkeys-api`: when Redis calls it only to learn where its
+/// keys are (cluster routing and CROSSSLOT, ACL key checks, `COMMAND GETKEYS`), reports the
+/// positions `keys` finds in the arguments and returns true; the command must then do
+/// nothing else.
+///
+/// # Safety
+/// `ctx`, `argv` and `argc` must be what Redis passed to the command function.
+pub unsafe fn report_keys(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    keys: fn(&[Arg]) -> std::ops::Range<usize>,
+) -> bool {
+    let (Some(is_request), Some(key_at)) = (
+        raw::RedisModule_IsKeysPositionRequest,
+        raw::RedisModule_KeyAtPos,
+    ) else {
+        return false;
+    };
+    if is_request(ctx) == 0 {
+        return false;
+    }
+    let args: &[Arg] = match usize::try_from(argc) {
+        // SAFETY: Redis passes `argc` valid string pointers; Arg is a transparent wrapper.
+        Ok(n) if !argv.is_null() => std::slice::from_raw_parts(argv.cast::<Arg>(), n),
+        _ => &[],
+    };
+    for pos in keys(args) {
+        if let Ok(pos) = c_int::try_from(pos) {
+            key_at(ctx, pos);
+        }
+    }
+    true
 }
 
 /// Propagates `RL.APPLY key effect` to replicas and the AOF: the effect of a decision (see
@@ -215,11 +271,33 @@ pub fn create_command(
     categories: &str,
     own: Option<&str>,
 ) -> Option<Acl> {
+    create_command_at(ctx, name, func, flags, categories, own, (1, 1, 1))
+}
+
+/// [`create_command`] with the legacy key range `(first, last, step)`: `(0, 0, 0)` for a
+/// command whose keys no range describes, which then has the `getkeys-api` flag and
+/// answers [`report_keys`].
+pub fn create_command_at(
+    ctx: &Context,
+    name: &CStr,
+    func: raw::RedisModuleCmdFunc,
+    flags: &CStr,
+    categories: &str,
+    own: Option<&str>,
+    (first, last, step): (c_int, c_int, c_int),
+) -> Option<Acl> {
     // SAFETY: called from OnLoad with the module's context; all strings are C strings.
     unsafe {
         let create = raw::RedisModule_CreateCommand?;
-        if create(ctx.ctx, name.as_ptr(), func, flags.as_ptr(), 1, 1, 1)
-            != raw::REDISMODULE_OK as c_int
+        if create(
+            ctx.ctx,
+            name.as_ptr(),
+            func,
+            flags.as_ptr(),
+            first,
+            last,
+            step,
+        ) != raw::REDISMODULE_OK as c_int
         {
             return None;
         }

@@ -9,6 +9,7 @@ use crate::algo::slide::{MAX_LIMIT, MAX_WINDOWS, MAX_WINDOW_MS};
 use crate::algo::subwin::{self, MAX_SUBINTERVALS};
 use crate::algo::{Millis, Window, MAX_TIMESTAMP};
 use crate::error::Error;
+use crate::value::Kind;
 
 /// Anything that can lend an argument's bytes.
 pub trait AsBytes {
@@ -243,6 +244,213 @@ pub fn restore<A: AsBytes>(args: &[A]) -> Result<&[u8], Error> {
         [_, _, payload] => Ok(payload.as_bytes()),
         _ => Err(Error::Arity),
     }
+}
+
+/// The most keys one `RL.ALL` call takes: each costs at most what its own command costs, so
+/// this bounds the call's work.
+pub const ALL_MAX_KEYS: u64 = 16;
+
+/// One limiter of an `RL.ALL` call: its kind's parameters, as that kind's own command parses
+/// them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpecParams {
+    Slide(Windows),
+    Token(Params),
+    Leaky(Params),
+    Fixed(fixed::Params),
+    Subwin(subwin::Params),
+}
+
+/// A limiter spec of `RL.ALL` with its own COST.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spec {
+    pub params: SpecParams,
+    pub cost: u64,
+}
+
+/// `RL.ALL numkeys key [key ...] spec [spec ...] [NOW ms]`, a spec per key in key order.
+#[derive(Debug, PartialEq, Eq)]
+pub struct All<'a, A> {
+    pub keys: &'a [A],
+    pub specs: Vec<Spec>,
+    pub now: Option<Millis>,
+}
+
+/// How a spec's positional parameters run.
+#[derive(Clone, Copy)]
+enum Positional {
+    /// `limit window_ms` pairs, up to the first word that is not a number (`RL.SLIDE`).
+    Pairs,
+    /// Exactly this many numbers.
+    Numbers(usize),
+}
+
+/// Each spec's kind keyword, positional parameters and options (those of the kind's own
+/// command but NOW, which `RL.ALL` takes once for the whole call). A spec ends after its
+/// positional parameters and the options its kind knows, so a new kind is one line here
+/// whatever its option values look like. (`ACQUIRE` is meant to be the next.)
+const SPEC_KINDS: [(Kind, &str, Positional, &[Opt]); 5] = [
+    (Kind::Slide, "SLIDE", Positional::Pairs, &[Opt::Cost]),
+    (
+        Kind::Token,
+        "TOKEN",
+        Positional::Numbers(2),
+        &[Opt::Burst, Opt::Cost],
+    ),
+    (
+        Kind::Leaky,
+        "LEAKY",
+        Positional::Numbers(2),
+        &[Opt::MaxDelay, Opt::Burst, Opt::Cost],
+    ),
+    (
+        Kind::Fixed,
+        "FIXED",
+        Positional::Numbers(2),
+        &[Opt::Align, Opt::Cost],
+    ),
+    (Kind::Subwin, "SUBWIN", Positional::Numbers(3), &[Opt::Cost]),
+];
+
+fn spec_kind(word: &[u8]) -> Option<(Kind, Positional, &'static [Opt])> {
+    SPEC_KINDS
+        .iter()
+        .find(|(_, name, ..)| word.eq_ignore_ascii_case(name.as_bytes()))
+        .map(|&(kind, _, positional, opts)| (kind, positional, opts))
+}
+
+/// Where the keys of an `RL.ALL` call are (what `COMMAND GETKEYS`, ACLs and cluster routing
+/// ask for): `2..2 + numkeys`, empty when numkeys is not valid or exceeds the arguments.
+pub fn all_keys<A: AsBytes>(args: &[A]) -> std::ops::Range<usize> {
+    let n = args
+        .get(1)
+        .and_then(|a| int(a, "numkeys", 1, ALL_MAX_KEYS).ok())
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|&n| n <= args.len().saturating_sub(2))
+        .unwrap_or(0);
+    2..2 + n
+}
+
+/// Parses `RL.ALL`. An error about one spec names its key ([`Error::ForKey`]). The specs
+/// are parsed by their kinds' own parsers, each handed the spec's words as its command's
+/// arguments after the key.
+pub fn all<A: AsBytes>(args: &[A]) -> Result<All<'_, A>, Error> {
+    let n = int(args.get(1).ok_or(Error::Arity)?, "numkeys", 1, ALL_MAX_KEYS)? as usize;
+    let keys = args.get(2..2 + n).ok_or(Error::Arity)?;
+    let name = |i: usize| keys.get(i).map_or(&[][..], AsBytes::as_bytes);
+    for (i, key) in keys.iter().enumerate() {
+        if keys[..i].iter().any(|k| k.as_bytes() == key.as_bytes()) {
+            return Err(Error::for_key(
+                key.as_bytes(),
+                Error::Invalid("the same key is given twice"),
+            ));
+        }
+    }
+    let mut specs = Vec::with_capacity(n);
+    let mut at = 2 + n;
+    let mut now = None;
+    while let Some(word) = args.get(at) {
+        let word = word.as_bytes();
+        if word.eq_ignore_ascii_case(b"NOW") {
+            let value = args.get(at + 1).ok_or(Error::MissingValue("NOW"))?;
+            now = Some(int(value, "NOW", 0, MAX_TIMESTAMP)?);
+            if let Some(extra) = args.get(at + 2) {
+                return Err(Error::InvalidWord(
+                    "NOW comes once, after the last limiter; then nothing",
+                    lossy(extra.as_bytes()),
+                ));
+            }
+            break;
+        }
+        let Some((kind, positional, opts)) = spec_kind(word) else {
+            // Past a spec's options: an option its kind does not take, or no kind at all.
+            return Err(match specs.len().checked_sub(1) {
+                Some(last) => Error::for_key(name(last), Error::UnknownOption(lossy(word))),
+                None => Error::InvalidWord(
+                    "expected a limiter kind (SLIDE, TOKEN, LEAKY, FIXED, SUBWIN) after the keys",
+                    lossy(word),
+                ),
+            });
+        };
+        let i = specs.len();
+        if i == n {
+            return Err(Error::SpecCount {
+                keys: n,
+                specs: i + 1,
+            });
+        }
+        // The spec's extent: its positional words, then the options of its kind.
+        let mut end = at + 1;
+        // Positional words run up to the first word that is not a number, as in RL.SLIDE
+        // (a bad number is then the kind's parser's to name).
+        let is_number = |a: &A| !a.as_bytes().first().is_some_and(u8::is_ascii_alphabetic);
+        let most = match positional {
+            Positional::Pairs => usize::MAX,
+            Positional::Numbers(count) => count,
+        };
+        while end - (at + 1) < most && args.get(end).is_some_and(is_number) {
+            end += 1;
+        }
+        while let Some(&(_, _, min, max)) = args.get(end).and_then(|w| {
+            OPTS.iter().find(|(opt, label, ..)| {
+                opts.contains(opt) && w.as_bytes().eq_ignore_ascii_case(label.as_bytes())
+            })
+        }) {
+            // A flag is one word, an option two.
+            end += if min > max { 1 } else { 2 };
+        }
+        let end = end.min(args.len());
+        // The kind's parser reads its arguments from index 2: the spec's words after its
+        // kind keyword. The two words before them (the word before the kind, and the kind)
+        // stand where that command's name and key would be; the parsers never read those.
+        let words = &args[at - 1..end];
+        let spec = parse_spec(kind, words).map_err(|e| Error::for_key(name(i), e))?;
+        specs.push(spec);
+        at = end;
+    }
+    if specs.len() != n {
+        return Err(Error::SpecCount {
+            keys: n,
+            specs: specs.len(),
+        });
+    }
+    Ok(All { keys, specs, now })
+}
+
+fn parse_spec<A: AsBytes>(kind: Kind, words: &[A]) -> Result<Spec, Error> {
+    let (params, options) = match kind {
+        Kind::Slide => {
+            let s = slide(words)?;
+            (SpecParams::Slide(s.windows), s.options)
+        }
+        Kind::Token => {
+            let r = token(words)?;
+            (SpecParams::Token(r.params), r.options)
+        }
+        Kind::Leaky => {
+            let r = leaky(words)?;
+            (SpecParams::Leaky(r.params), r.options)
+        }
+        Kind::Fixed => {
+            let f = fixed(words)?;
+            (SpecParams::Fixed(f.params), f.options)
+        }
+        Kind::Subwin => {
+            let w = subwin(words)?;
+            (SpecParams::Subwin(w.params), w.options)
+        }
+    };
+    // NOW ends a spec (it is the call's), so no kind parser sees one.
+    debug_assert!(options.now.is_none());
+    Ok(Spec {
+        params,
+        cost: options.cost,
+    })
+}
+
+/// A client's word as an error may quote it: at most 64 characters.
+fn lossy(word: &[u8]) -> String {
+    String::from_utf8_lossy(word).chars().take(64).collect()
 }
 
 /// The named options, in the order of [`OPTS`].
@@ -548,6 +756,56 @@ mod tests {
         assert_eq!(restore(&["RL.RESTORE", "k"]), Err(Error::Arity));
     }
 
+    #[test]
+    fn all_splits_specs_by_kind() {
+        let line = "RL.ALL 3 a b c SLIDE 10 1000 100 60000 COST 2 token 5 1000 BURST 2 \
+                    FIXED 7 60000 ALIGN NOW 42";
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let all = all(&words).unwrap();
+        assert_eq!(all.keys, &["a", "b", "c"]);
+        assert_eq!(all.now, Some(42));
+        assert_eq!(all.specs.len(), 3);
+        assert!(matches!(all.specs[0].params, SpecParams::Slide(w) if w.as_slice().len() == 2));
+        assert_eq!(all.specs[0].cost, 2);
+        assert!(matches!(all.specs[1].params, SpecParams::Token(p) if p.burst == 2));
+        assert_eq!(all.specs[1].cost, 1);
+        assert!(matches!(all.specs[2].params, SpecParams::Fixed(p) if p.align));
+        assert_eq!(all_keys(&words), 2..5);
+        assert_eq!(all_keys(&["RL.ALL", "3", "a"]), 2..2);
+        assert_eq!(all_keys(&["RL.ALL", "x", "a"]), 2..2);
+    }
+
+    #[rstest]
+    #[case("RL.ALL", Error::Arity)]
+    #[case("RL.ALL 0 a TOKEN 1 1", Error::Range { arg: "numkeys", min: 1, max: ALL_MAX_KEYS })]
+    #[case("RL.ALL 17 a TOKEN 1 1", Error::Range { arg: "numkeys", min: 1, max: ALL_MAX_KEYS })]
+    #[case("RL.ALL 3 a b", Error::Arity)]
+    #[case("RL.ALL 2 a b TOKEN 1 1", Error::SpecCount { keys: 2, specs: 1 })]
+    #[case("RL.ALL 1 a TOKEN 1 1 TOKEN 1 1", Error::SpecCount { keys: 1, specs: 2 })]
+    #[case("RL.ALL 1 a", Error::SpecCount { keys: 1, specs: 0 })]
+    #[case(
+        "RL.ALL 2 a a TOKEN 1 1 TOKEN 1 1",
+        Error::for_key(b"a", Error::Invalid("the same key is given twice"))
+    )]
+    #[case("RL.ALL 1 a 5 1000", Error::InvalidWord("expected a limiter kind (SLIDE, TOKEN, LEAKY, FIXED, SUBWIN) after the keys", "5".into()))]
+    #[case("RL.ALL 1 a TOKEN 1", Error::for_key(b"a", Error::Arity))]
+    #[case("RL.ALL 1 a TOKEN 0 1", Error::for_key(b"a", Error::Range { arg: "limit", min: 1, max: MAX_RATE_LIMIT }))]
+    #[case("RL.ALL 2 a b TOKEN 1 1 FIXED 1 1 BURST 2", Error::for_key(b"b", Error::UnknownOption("BURST".into())))]
+    #[case(
+        "RL.ALL 1 a TOKEN 1 1 COST",
+        Error::for_key(b"a", Error::MissingValue("COST"))
+    )]
+    #[case("RL.ALL 1 a TOKEN 1 1 NOW", Error::MissingValue("NOW"))]
+    #[case("RL.ALL 2 a b TOKEN 1 1 NOW 5 FIXED 1 1", Error::InvalidWord("NOW comes once, after the last limiter; then nothing", "FIXED".into()))]
+    #[case(
+        "RL.ALL 1 a SUBWIN 1 1000 7",
+        Error::for_key(b"a", Error::Invalid("window_ms must be a multiple of resolution_ms"))
+    )]
+    fn all_bad_input(#[case] line: &str, #[case] want: Error) {
+        let words: Vec<&str> = line.split(' ').collect();
+        assert_eq!(all(&words).map(|_| ()), Err(want));
+    }
+
     /// Words a client might send: numbers near every bound, keywords, junk.
     fn word() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
         use proptest::prelude::*;
@@ -575,6 +833,8 @@ mod tests {
                 "BURST",
                 "MAXDELAY",
                 "ALIGN",
+                "TOKEN",
+                "SUBWIN",
                 "cost",
                 "x",
             ])
@@ -621,6 +881,11 @@ mod tests {
                 proptest::prop_assert!(o.now.is_none_or(|t| t <= MAX_TIMESTAMP));
             }
             let _ = restore(&args);
+            let mut multi = vec![Word(b"RL.ALL".to_vec()), Word(b"1".to_vec())];
+            multi.extend(args.into_iter().skip(1));
+            if let Ok(a) = all(&multi) {
+                proptest::prop_assert_eq!(a.specs.len(), 1);
+            }
         }
     }
 }

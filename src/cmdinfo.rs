@@ -28,6 +28,17 @@ pub enum ArgKind {
     String,
     Block,
     PureToken,
+    /// One of the sub-arguments.
+    OneOf,
+}
+
+/// Where a command's keys are, for its key spec.
+#[derive(Clone, Copy)]
+pub enum Keys {
+    /// One key, right after the command name.
+    First,
+    /// `numkeys key [key ...]`: the count right after the command name, then the keys.
+    Counted,
 }
 
 /// One command's metadata.
@@ -105,6 +116,7 @@ fn build_args(
                     ArgKind::PureToken => {
                         raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN
                     }
+                    ArgKind::OneOf => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF,
                 },
                 key_spec_index: if matches!(a.kind, ArgKind::Key) {
                     0
@@ -132,6 +144,11 @@ fn build_args(
 /// Sets the metadata of an already registered command. Returns false (and logs) where the
 /// server refuses it; the command still works then, with generic metadata.
 pub fn set(ctx: &Context, info: &Info) -> bool {
+    set_with_keys(ctx, info, Keys::First)
+}
+
+/// [`set`] for a command whose keys are where `keys` says.
+pub fn set_with_keys(ctx: &Context, info: &Info, keys: Keys) -> bool {
     // SAFETY: reading the API function pointers the server filled in at load time.
     let api = unsafe { (raw::RedisModule_GetCommand, raw::RedisModule_SetCommandInfo) };
     let (Some(get_command), Some(set_info)) = api else {
@@ -160,10 +177,23 @@ pub fn set(ctx: &Context, info: &Info) -> bool {
     key_specs[0].begin_search_type =
         raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
     key_specs[0].bs.index.pos = 1;
-    key_specs[0].find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
-    key_specs[0].fk.range.lastkey = 0;
-    key_specs[0].fk.range.keystep = 1;
-    key_specs[0].fk.range.limit = 0;
+    match keys {
+        Keys::First => {
+            key_specs[0].find_keys_type =
+                raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+            key_specs[0].fk.range.lastkey = 0;
+            key_specs[0].fk.range.keystep = 1;
+            key_specs[0].fk.range.limit = 0;
+        }
+        Keys::Counted => {
+            // As ZUNION's: the count at the search's start, the keys right after it.
+            key_specs[0].find_keys_type =
+                raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
+            key_specs[0].fk.keynum.keynumidx = 0;
+            key_specs[0].fk.keynum.firstkey = 1;
+            key_specs[0].fk.keynum.keystep = 1;
+        }
+    }
     let version = raw::RedisModuleCommandInfoVersion {
         version: 1,
         sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),

@@ -29,6 +29,9 @@ use crate::error::Error;
 use crate::store::{now_ms, Key};
 use crate::value::{Kind, Limiter};
 
+mod all;
+pub use all::all;
+
 /// The times one call works with.
 #[derive(Clone, Copy)]
 struct Clock {

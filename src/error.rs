@@ -22,6 +22,18 @@ pub enum Error {
     TooManyWindows(usize),
     /// Arguments that are each in range but do not fit together.
     Invalid(&'static str),
+    /// As [`Error::Invalid`], quoting the client's word at fault.
+    InvalidWord(&'static str, String),
+    /// `RL.ALL` was given another number of limiter specs than of keys.
+    SpecCount {
+        keys: usize,
+        specs: usize,
+    },
+    /// An error about one key of a multi-key call (`RL.ALL`), naming the key.
+    ForKey {
+        key: String,
+        error: Box<Error>,
+    },
     /// The key holds another Redis type.
     WrongType,
     /// The key holds a limiter of another algorithm.
@@ -43,6 +55,16 @@ pub enum Error {
     MissingApi(&'static str),
 }
 
+impl Error {
+    /// `error`, about the key `key` of a multi-key call.
+    pub fn for_key(key: &[u8], error: Error) -> Error {
+        Error::ForKey {
+            key: String::from_utf8_lossy(key).chars().take(64).collect(),
+            error: Box::new(error),
+        }
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -57,6 +79,16 @@ impl fmt::Display for Error {
                 write!(f, "ERR at most {max} limit/window_ms pairs in one call")
             }
             Error::Invalid(why) => write!(f, "ERR {why}"),
+            Error::InvalidWord(why, word) => write!(f, "ERR {why}, got '{word}'"),
+            Error::SpecCount { keys, specs } => write!(
+                f,
+                "ERR RL.ALL takes one limiter per key: {keys} key(s), {specs} limiter(s)"
+            ),
+            Error::ForKey { key, error } => {
+                // The error's own text with its prefix first (ERR, WRONGTYPE), then the key.
+                let text = error.to_string();
+                write!(f, "{text} (key '{key}')")
+            }
             Error::WrongType => write!(
                 f,
                 "WRONGTYPE Operation against a key holding the wrong kind of value"

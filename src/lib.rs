@@ -2,13 +2,15 @@
 //!
 //! `RL.SLIDE` (an exact sliding log over one or several windows), `RL.SUBWIN` (a rolling
 //! window from sub-interval counters), `RL.FIXED` (fixed window), `RL.TOKEN` (token bucket),
-//! `RL.LEAKY` (a leaky bucket that schedules), `RL.PEEK` and `RL.REFUND`,
+//! `RL.LEAKY` (a leaky bucket that schedules), `RL.ALL` (one all-or-nothing decision across
+//! several keys and kinds), `RL.PEEK` and `RL.REFUND`,
 //! on a custom data type that persists, replicates deterministically (each change as
 //! `RL.APPLY key effect`, see `src/effect.rs`) and expires by itself when empty. The
 //! algorithms live in [`algo`] and know nothing of Redis; [`commands`] is the thin layer
 //! that parses, reads the clock, replies and replicates.
 
 pub mod algo;
+pub mod all;
 mod api;
 pub mod args;
 mod cmdinfo;
@@ -163,6 +165,72 @@ static COMMANDS: [Info; 10] = [
     },
 ];
 
+/// `RL.ALL`'s limiter specs, one per key (see `args::all`).
+const SPEC_KINDS: [Arg; 5] = [
+    Arg {
+        name: "slide",
+        kind: ArgKind::Block,
+        token: Some("SLIDE"),
+        optional: false,
+        multiple: false,
+        sub: &[
+            Arg {
+                name: "window",
+                kind: ArgKind::Block,
+                token: None,
+                optional: false,
+                multiple: true,
+                sub: &WINDOW,
+            },
+            COST,
+        ],
+    },
+    spec_kind("token", "TOKEN", &[LIMIT, WINDOW_MS, BURST, COST]),
+    spec_kind("leaky", "LEAKY", &[LIMIT, WINDOW_MS, MAXDELAY, BURST, COST]),
+    spec_kind("fixed", "FIXED", &[LIMIT, WINDOW_MS, ALIGN, COST]),
+    spec_kind("subwin", "SUBWIN", &[LIMIT, WINDOW_MS, RESOLUTION_MS, COST]),
+];
+
+const fn spec_kind(name: &'static str, token: &'static str, sub: &'static [Arg]) -> Arg {
+    Arg {
+        name,
+        kind: ArgKind::Block,
+        token: Some(token),
+        optional: false,
+        multiple: false,
+        sub,
+    }
+}
+
+/// `RL.ALL numkeys key [key ...] limiter [limiter ...] [NOW ms]`.
+static ALL_INFO: Info = Info {
+    name: "RL.ALL",
+    summary: "One all-or-nothing decision across several keys, each with its own limiter (SLIDE, TOKEN, LEAKY, FIXED or SUBWIN, its parameters and options as in its own command, and its own COST), at one time: allowed only if every limiter allows, and then every one records; otherwise none changes. Replies with the five fields of the limiter that decided, then each limiter's five in key order",
+    complexity: "The sum of each limiter's own command, for at most 16 keys",
+    arity: -6,
+    read_only: false,
+    args: &[
+        arg("numkeys", ArgKind::Integer),
+        Arg {
+            name: "key",
+            kind: ArgKind::Key,
+            token: None,
+            optional: false,
+            multiple: true,
+            sub: &[],
+        },
+        Arg {
+            name: "limiter",
+            kind: ArgKind::OneOf,
+            token: None,
+            optional: false,
+            multiple: true,
+            sub: &SPEC_KINDS,
+        },
+        NOW,
+    ],
+};
+
 /// Defines the C entry point of one command.
 macro_rules! command {
     ($fn_name:ident, $name:literal, $counters:expr, $handler:path) => {
@@ -202,6 +270,31 @@ command!(
 );
 command!(rl_restore, "RL.RESTORE", None, commands::restore);
 command!(rl_apply, "RL.APPLY", None, commands::apply);
+
+/// `RL.ALL`'s entry point: its keys are `numkeys key [key ...]`, which no legacy key range
+/// describes, so it has the `getkeys-api` flag and reports them when Redis asks (cluster
+/// routing and CROSSSLOT, ACL key checks; the key spec serves `COMMAND GETKEYS` and
+/// clients).
+unsafe extern "C" fn rl_all(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    // SAFETY: these are the arguments Redis calls a command function with.
+    unsafe {
+        if api::report_keys(ctx, argv, argc, args::all_keys) {
+            return raw::REDISMODULE_OK as c_int;
+        }
+        api::dispatch(
+            ctx,
+            argv,
+            argc,
+            "RL.ALL",
+            Some(&stats::ALL_KEYS),
+            commands::all,
+        )
+    }
+}
 
 /// A command's name, entry point, flags and standard ACL categories.
 ///
@@ -245,6 +338,15 @@ static REGISTRY: [Registration; 10] = [
     (c"RL.APPLY", Some(rl_apply), WRITE, "write slow"),
 ];
 
+/// `RL.ALL`: several limiters' work in one call (a `RL.SUBWIN` among them is not O(log N)),
+/// so `slow`; keys found by `getkeys-api` (see `rl_all`), hence no legacy key range.
+const ALL_REGISTRATION: Registration = (
+    c"RL.ALL",
+    Some(rl_all),
+    c"write deny-oom getkeys-api",
+    "write slow",
+);
+
 /// The module's own ACL category, `@ratelimit`, holding every RL.* command.
 const OWN_CATEGORY: &CStr = c"ratelimit";
 
@@ -271,6 +373,14 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
             }
         }
     }
+    let (name, func, flags, categories) = ALL_REGISTRATION;
+    match api::create_command_at(ctx, name, func, flags, categories, own, (0, 0, 0)) {
+        Some(acl) => least = least.max(acl),
+        None => {
+            ctx.log_warning(&format!("ratelimit: could not register {name:?}"));
+            return Status::Err;
+        }
+    }
     ctx.log_notice(match (least, own) {
         (api::Acl::All, Some(_)) => {
             "ratelimit: commands in ACL categories @write/@read, @fast/@slow and @ratelimit"
@@ -287,6 +397,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     for info in &COMMANDS {
         cmdinfo::set(ctx, info);
     }
+    cmdinfo::set_with_keys(ctx, &ALL_INFO, cmdinfo::Keys::Counted);
     Status::Ok
 }
 

@@ -42,9 +42,10 @@ pub static SUBWIN: Counters = Counters::new("subwin");
 pub static PEEK: Counters = Counters::new("peek");
 pub static REFUND: Counters = Counters::new("refund");
 pub static CHARGE: Counters = Counters::new("charge");
+pub static ALL_KEYS: Counters = Counters::new("all");
 
-const ALL: [&Counters; 8] = [
-    &SLIDE, &TOKEN, &LEAKY, &FIXED, &SUBWIN, &PEEK, &REFUND, &CHARGE,
+const ALL: [&Counters; 9] = [
+    &SLIDE, &TOKEN, &LEAKY, &FIXED, &SUBWIN, &PEEK, &REFUND, &CHARGE, &ALL_KEYS,
 ];
 
 /// Writes the `ratelimit_stats` section: one line per command, like `INFO commandstats`.

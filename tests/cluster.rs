@@ -1,6 +1,7 @@
 //! Redis Cluster: three primaries and three replicas, each with the module. Every RL.* command
 //! takes one key, so a cluster client routes it like any single-key command; hash-tagged keys
-//! share a slot and go through one MULTI or one script; a slot moves with its limiters;
+//! share a slot and go through one MULTI, one script or one RL.ALL (other keys get
+//! CROSSSLOT); a slot moves with its limiters;
 //! replicas hold the primaries' limiters, and a failover keeps every limiter the promoted
 //! replica had received.
 
@@ -457,6 +458,7 @@ fn limiters_route_replicate_and_survive_a_failover() {
     let i = (0..KEYS).find(|&i| alive[i]).expect("a live key");
     redirects(&cluster, &map, &limiters[i].key, &peeks[i], &before[i]);
     hash_tags(&cluster, &map, &mut c);
+    rl_all_in_one_slot(&cluster, &map, &mut c);
     reshard_one_slot(&cluster, &map, &limiters, &before, &mut c, t + 20);
 
     // Every replica has everything its primary wrote.
@@ -770,4 +772,78 @@ fn fail_over(cluster: &Cluster, shard: &Shard) -> Vec<u16> {
     });
     eprintln!("failover in {:?}", timer.elapsed());
     survivors
+}
+
+/// RL.ALL follows the cluster's rules for multi-key commands: keys of one slot (hash tags)
+/// decide together on their node, keys of two slots get CROSSSLOT, a node that does not hold
+/// the slot redirects, and COMMAND GETKEYS finds the keys.
+fn rl_all_in_one_slot(cluster: &Cluster, map: &[Shard], c: &mut ClusterConnection) {
+    let (rpm, tpm) = ("{user:7}:rpm", "{user:7}:tpm");
+    let slot = get_slot(rpm.as_bytes());
+    let owner = shard_of(map, slot).primary;
+    let mut p = cluster.conn(owner);
+    let line = |keys: &[&str], t: u64| {
+        let mut w = vec!["RL.ALL".to_string(), keys.len().to_string()];
+        w.extend(keys.iter().map(|k| k.to_string()));
+        for spec in ["SLIDE 2 600000", "TOKEN 10000 600000 COST 4000"]
+            .iter()
+            .take(keys.len())
+        {
+            w.extend(spec.split(' ').map(String::from));
+        }
+        w.extend(["NOW".to_string(), t.to_string()]);
+        w
+    };
+    let t = unix_ms();
+    let v = cmd(&line(&[rpm, tpm], t))
+        .query::<Value>(&mut p)
+        .expect("one slot");
+    let Value::Array(items) = v else {
+        panic!("{v:?}")
+    };
+    assert_eq!(items.len(), 7);
+    assert_eq!(items[0], Value::Int(1));
+    // Through the cluster client too (it follows MOVED for the module's command).
+    let v: Value = cmd(&line(&[rpm, tpm], t + 1))
+        .query(c)
+        .expect("through the client");
+    assert!(
+        matches!(&v, Value::Array(items) if items[0] == Value::Int(1)),
+        "{v:?}"
+    );
+    let v: Value = cmd(&line(&[rpm, tpm], t + 2)).query(c).expect("refused");
+    assert!(
+        matches!(&v, Value::Array(items) if items[0] == Value::Int(0)),
+        "{v:?}"
+    );
+
+    let same_node = (0..)
+        .map(|i| format!("org:{i}"))
+        .find(|k| {
+            let other = get_slot(k.as_bytes());
+            other != slot && shard_of(map, other).primary == owner
+        })
+        .expect("a key of another slot on the same node");
+    let e = cmd(&line(&[rpm, &same_node], t))
+        .query::<Value>(&mut p)
+        .expect_err("two slots");
+    assert_eq!(e.kind(), redis::ErrorKind::CrossSlot, "{e}");
+    assert_eq!(int(&mut p, &["EXISTS", &same_node]), 0);
+    let elsewhere = (0..)
+        .map(|i| format!("org:{i}"))
+        .find(|k| shard_of(map, get_slot(k.as_bytes())).primary != owner)
+        .expect("a key on another node");
+    let e = cmd(&line(&[&elsewhere], t))
+        .query::<Value>(&mut p)
+        .expect_err("another node's slot");
+    assert_eq!(e.kind(), redis::ErrorKind::Moved, "{e}");
+    let e = cmd(&line(&[rpm, &elsewhere], t))
+        .query::<Value>(&mut p)
+        .expect_err("two slots, two nodes");
+    assert_eq!(e.kind(), redis::ErrorKind::CrossSlot, "{e}");
+
+    let mut getkeys = vec!["COMMAND".to_string(), "GETKEYS".to_string()];
+    getkeys.extend(line(&[rpm, tpm], t));
+    let keys: Vec<String> = cmd(&getkeys).query(&mut p).expect("GETKEYS");
+    assert_eq!(keys, [rpm, tpm]);
 }

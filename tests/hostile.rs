@@ -63,7 +63,7 @@ fn nasty_values() -> Vec<Vec<u8>> {
 }
 
 /// One valid call per command; each position from the limit on is replaced in turn.
-const TEMPLATES: [&[&str]; 13] = [
+const TEMPLATES: [&[&str]; 14] = [
     &["RL.SLIDE", "h:slide", "10", "1000", "COST", "1", "NOW", "T"],
     &["RL.SLIDE", "h:slide2", "10", "1000", "100", "60000"],
     &[
@@ -97,6 +97,10 @@ const TEMPLATES: [&[&str]; 13] = [
         "h:apply",
         "RL.SLIDE 10 1000 COST 1 NOW 1700000000000",
     ],
+    &[
+        "RL.ALL", "2", "h:all1", "h:all2", "TOKEN", "10", "1000", "COST", "1", "SLIDE", "10",
+        "1000", "NOW", "T",
+    ],
 ];
 
 /// A reply a client may see: an error, nil, OK, or the five fields in their ranges.
@@ -116,6 +120,13 @@ fn check_reply(words: &[Vec<u8>], reply: &redis::RedisResult<Value>) {
         ),
         Ok(Value::Nil) | Ok(Value::Okay) => {}
         Ok(Value::SimpleString(s)) if s == "OK" => {}
+        // RL.ALL: the five fields, then each limiter's five.
+        Ok(Value::Array(fields)) if fields.len() > 5 => {
+            check_reply(words, &Ok(Value::Array(fields[..5].to_vec())));
+            for each in &fields[5..] {
+                check_reply(words, &Ok(each.clone()));
+            }
+        }
         Ok(Value::Array(fields)) => {
             let ints: Vec<i64> = fields
                 .iter()
@@ -257,6 +268,21 @@ fn corpus(t: u64) -> Vec<Vec<Vec<u8>>> {
         "RL.CHARGE h:x",
         "RL.RESTORE h:x",
         "RL.RESTORE h:x a b",
+        // RL.ALL: kinds against keys of other kinds, counts that do not match, NOW misplaced.
+        "RL.ALL 2 h:slide h:token SLIDE 10 1000 TOKEN 10 1000 NOW T",
+        "RL.ALL 2 h:slide h:token TOKEN 10 1000 SLIDE 10 1000",
+        "RL.ALL 2 h:a h:a TOKEN 1 1 TOKEN 1 1",
+        "RL.ALL 1 h:a NOW T TOKEN 1 1",
+        "RL.ALL 1 h:a TOKEN 1 1 NOW T NOW T",
+        "RL.ALL 1 h:a SLIDE COST 1",
+        "RL.ALL 1 h:a SLIDE 1 1 2 2 3 3 4 4 5 5 6 6 7 7 8 8 9 9",
+        "RL.ALL 1 h:a SUBWIN 1 2678400000 1",
+        "RL.ALL 2 h:a",
+        "RL.ALL -1 h:a TOKEN 1 1",
+        "RL.ALL 9223372036854775807 h:a TOKEN 1 1",
+        "RL.ALL 16 a b c d e f g h i j k l m n o p FIXED 1 1 FIXED 1 1 FIXED 1 1 FIXED 1 1 \
+         FIXED 1 1 FIXED 1 1 FIXED 1 1 FIXED 1 1 FIXED 1 1 FIXED 1 1 FIXED 1 1 FIXED 1 1 \
+         FIXED 1 1 FIXED 1 1 FIXED 1 1 SUBWIN 2147483647 2678400000 653906 COST 9223372036854775807",
     ] {
         calls.push(words(line));
     }
@@ -269,6 +295,11 @@ fn corpus(t: u64) -> Vec<Vec<Vec<u8>>> {
         opts.extend(words("COST 1"));
     }
     calls.push(opts);
+    let mut all = words("RL.ALL 1 h:many3");
+    for _ in 0..50_000 {
+        all.extend(words("TOKEN 1 1"));
+    }
+    calls.push(all);
     calls
 }
 

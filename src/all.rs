@@ -1,0 +1,530 @@
+//! `RL.ALL`'s decision, without Redis: several limiters of any kinds decide at one time, and
+//! either every one records its cost or none changes.
+//!
+//! Each limiter is evaluated (which changes nothing) under its spec; a stored limiter whose
+//! shape must change for the spec is reshaped into a new value and the stored one is left as
+//! it is, so a refused call leaves every key untouched and copies nothing it does not need
+//! (only a `RL.SUBWIN` ring reshapes, in at most 4,097 counters; the other kinds take new
+//! parameters in `record`). Only when every one allows does each record its cost.
+
+use crate::algo::fixed::FixedWindow;
+use crate::algo::gcra::Gcra;
+use crate::algo::slide::SlidingLog;
+use crate::algo::subwin::SubWindow;
+use crate::algo::{Decision, Limit, Millis, Wait};
+use crate::args::{Spec, SpecParams};
+use crate::error::Error;
+use crate::value::{Kind, Limiter};
+
+impl Spec {
+    /// The kind of limiter the spec is for.
+    pub fn kind(&self) -> Kind {
+        match self.params {
+            SpecParams::Slide(_) => Kind::Slide,
+            SpecParams::Token(_) => Kind::Token,
+            SpecParams::Leaky(_) => Kind::Leaky,
+            SpecParams::Fixed(_) => Kind::Fixed,
+            SpecParams::Subwin(_) => Kind::Subwin,
+        }
+    }
+
+    /// An empty limiter for a missing key.
+    pub fn fresh(&self) -> Limiter {
+        match &self.params {
+            SpecParams::Slide(w) => Limiter::Slide(Box::new(SlidingLog::new(w.as_slice()))),
+            SpecParams::Token(p) => Limiter::Token(Box::new(Gcra::new(p))),
+            SpecParams::Leaky(p) => Limiter::Leaky(Box::new(Gcra::new(p))),
+            SpecParams::Fixed(p) => Limiter::Fixed(Box::new(FixedWindow::new(p))),
+            SpecParams::Subwin(p) => Limiter::Subwin(SubWindow::new(p)),
+        }
+    }
+
+    /// The limiter reshaped for this spec at `now`, when the stored one cannot take it as it
+    /// is (see [`Limit::reshaped`]).
+    fn reshaped(&self, limiter: &Limiter, now: Millis) -> Option<Limiter> {
+        match (&self.params, limiter) {
+            (SpecParams::Slide(w), Limiter::Slide(l)) => l
+                .reshaped(now, w.as_slice())
+                .map(|l| Limiter::Slide(Box::new(l))),
+            (SpecParams::Token(p), Limiter::Token(g)) => {
+                g.reshaped(now, p).map(|g| Limiter::Token(Box::new(g)))
+            }
+            (SpecParams::Leaky(p), Limiter::Leaky(g)) => {
+                g.reshaped(now, p).map(|g| Limiter::Leaky(Box::new(g)))
+            }
+            (SpecParams::Fixed(p), Limiter::Fixed(w)) => {
+                w.reshaped(now, p).map(|w| Limiter::Fixed(Box::new(w)))
+            }
+            (SpecParams::Subwin(p), Limiter::Subwin(w)) => w.reshaped(now, p).map(Limiter::Subwin),
+            _ => None,
+        }
+    }
+
+    /// The spec's cost at `now` against `limiter`; `None` for a limiter of another kind.
+    fn evaluate(&self, limiter: &Limiter, now: Millis) -> Option<Decision> {
+        let cost = self.cost;
+        Some(match (&self.params, limiter) {
+            (SpecParams::Slide(w), Limiter::Slide(l)) => l.evaluate(now, w.as_slice(), cost),
+            (SpecParams::Token(p), Limiter::Token(g)) => g.evaluate(now, p, cost),
+            (SpecParams::Leaky(p), Limiter::Leaky(g)) => g.evaluate(now, p, cost),
+            (SpecParams::Fixed(p), Limiter::Fixed(w)) => w.evaluate(now, p, cost),
+            (SpecParams::Subwin(p), Limiter::Subwin(w)) => w.evaluate(now, p, cost),
+            _ => return None,
+        })
+    }
+
+    /// Records the spec's cost at `now`; false (nothing changed) for another kind.
+    fn record(&self, limiter: &mut Limiter, now: Millis) -> bool {
+        let cost = self.cost;
+        match (&self.params, limiter) {
+            (SpecParams::Slide(w), Limiter::Slide(l)) => l.record(now, w.as_slice(), cost),
+            (SpecParams::Token(p), Limiter::Token(g)) => g.record(now, p, cost),
+            (SpecParams::Leaky(p), Limiter::Leaky(g)) => g.record(now, p, cost),
+            (SpecParams::Fixed(p), Limiter::Fixed(w)) => w.record(now, p, cost),
+            (SpecParams::Subwin(p), Limiter::Subwin(w)) => w.record(now, p, cost),
+            _ => false,
+        }
+    }
+}
+
+/// One limiter of a call: the one a key holds, changed in place, or a new one (for a missing
+/// key, or a stored one reshaped) that the caller stores when the call changed it.
+pub enum Target<'a> {
+    Held(&'a mut Limiter),
+    New(Limiter),
+}
+
+impl Target<'_> {
+    fn get(&self) -> &Limiter {
+        match self {
+            Target::Held(l) => l,
+            Target::New(l) => l,
+        }
+    }
+
+    fn get_mut(&mut self) -> &mut Limiter {
+        match self {
+            Target::Held(l) => l,
+            Target::New(l) => l,
+        }
+    }
+}
+
+/// What a call did to one limiter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// Its own five fields: waits and reset from the caller's time, as its own command
+    /// replies.
+    pub decision: Decision,
+    /// It recorded its cost (the call was allowed and the cost is above 0).
+    pub changed: bool,
+    /// When it was back to empty before the call, for a limiter changed in place (`None`
+    /// for a new one, whose key gets its expiry set in any case).
+    pub before: Option<Millis>,
+    /// The limiter's latest time after the call (a change propagates at that time).
+    pub latest: Millis,
+    /// When the limiter is back to empty after the call.
+    pub empty_at: Option<Millis>,
+}
+
+/// The outcome of a whole call.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Combined {
+    /// The five fields that answer the call (see [`combine`]).
+    pub decision: Decision,
+    /// Each limiter's, in key order.
+    pub each: Vec<Outcome>,
+}
+
+/// Decides `specs[i]` against `targets[i]` at `now` (the caller's time), all or nothing: when
+/// every limiter allows, each records its cost; otherwise none changes. A target of another
+/// kind than its spec is an error naming its index, before anything changes.
+pub fn acquire(
+    targets: &mut [Target],
+    specs: &[Spec],
+    now: Millis,
+) -> Result<Combined, (usize, Error)> {
+    for (i, (t, spec)) in targets.iter().zip(specs).enumerate() {
+        let held = t.get().kind();
+        if held != spec.kind() {
+            let wanted = spec.kind().command();
+            return Err((i, Error::OtherKind { held, wanted }));
+        }
+    }
+    let mut each = Vec::with_capacity(targets.len());
+    for (t, spec) in targets.iter_mut().zip(specs) {
+        let mut before = None;
+        if let Target::Held(held) = t {
+            match spec.reshaped(held, now) {
+                Some(new) => *t = Target::New(new),
+                None => before = held.empty_at(),
+            }
+        }
+        let limiter = t.get();
+        let behind = limiter.latest().saturating_sub(now);
+        let decision = spec
+            .evaluate(limiter, now)
+            .ok_or((each.len(), Error::Internal("RL.ALL")))?
+            .seen_from_behind(behind);
+        each.push(Outcome {
+            decision,
+            changed: false,
+            before,
+            latest: limiter.latest(),
+            empty_at: limiter.empty_at(),
+        });
+    }
+    if each.iter().all(|o| o.decision.allowed) {
+        for ((t, spec), o) in targets.iter_mut().zip(specs).zip(&mut each) {
+            if spec.cost == 0 {
+                continue;
+            }
+            let limiter = t.get_mut();
+            spec.record(limiter, now);
+            o.changed = true;
+            (o.latest, o.empty_at) = (limiter.latest(), limiter.empty_at());
+            o.decision = o.decision.resetting_at(o.empty_at, now);
+        }
+    }
+    let decisions: Vec<Decision> = each.iter().map(|o| o.decision).collect();
+    Ok(Combined {
+        decision: combine(&decisions),
+        each,
+    })
+}
+
+/// How long a wait is, for comparing: never is the longest.
+fn wait_rank(w: Wait) -> (u8, u64) {
+    match w {
+        Wait::None => (0, 0),
+        Wait::Ms(ms) => (1, ms),
+        Wait::Never => (2, 0),
+    }
+}
+
+/// The five fields that answer a call of several limiters (`decisions` in key order, at least
+/// one):
+/// - allowed: every one allowed;
+/// - refused: limit, remaining and retry_after of the refusing limiter that needs the longest
+///   wait (never is the longest; the first in key order on a tie);
+/// - allowed: limit and remaining of the limiter with the least remaining (the first on a
+///   tie), and the longest retry_after among them all (only a leaky bucket asks an allowed
+///   call to wait, and the caller must wait for it);
+/// - reset_after_ms: the longest, when every limiter is back to empty.
+pub fn combine(decisions: &[Decision]) -> Decision {
+    let allowed = decisions.iter().all(|d| d.allowed);
+    let reset_after_ms = decisions.iter().map(|d| d.reset_after_ms).max();
+    let longest_wait = |ds: &mut dyn Iterator<Item = &Decision>| {
+        ds.fold(None::<&Decision>, |best, d| match best {
+            Some(b) if wait_rank(b.retry_after) >= wait_rank(d.retry_after) => Some(b),
+            _ => Some(d),
+        })
+        .copied()
+    };
+    let decided = if allowed {
+        let least = decisions
+            .iter()
+            .fold(None::<&Decision>, |best, d| match best {
+                Some(b) if b.remaining <= d.remaining => Some(b),
+                _ => Some(d),
+            });
+        least.copied().map(|d| Decision {
+            retry_after: longest_wait(&mut decisions.iter()).map_or(Wait::None, |w| w.retry_after),
+            ..d
+        })
+    } else {
+        longest_wait(&mut decisions.iter().filter(|d| !d.allowed))
+    };
+    let d = decided.unwrap_or(Decision {
+        allowed: true,
+        limit: 0,
+        remaining: 0,
+        retry_after: Wait::None,
+        reset_after_ms: 0,
+    });
+    Decision {
+        allowed,
+        reset_after_ms: reset_after_ms.unwrap_or(0),
+        ..d
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algo::MAX_TIMESTAMP;
+    use crate::args;
+    use proptest::prelude::*;
+
+    const T0: Millis = 1_700_000_000_000;
+
+    fn specs(line: &str) -> Vec<Spec> {
+        let words: Vec<&str> = line.split(' ').collect();
+        args::all(&words).unwrap().specs
+    }
+
+    /// One key's own command, as `commands::limit` runs it: reshape or create, decide,
+    /// record when allowed. Returns the new state (`None`: nothing to store) and the reply.
+    fn single(held: Option<&Limiter>, spec: &Spec, now: Millis) -> (Option<Limiter>, Decision) {
+        fn run<L: Limit + Clone>(
+            held: Option<&L>,
+            fresh: L,
+            p: &L::Params,
+            cost: u64,
+            now: Millis,
+        ) -> (Option<L>, Decision) {
+            let mut l = match held {
+                Some(h) => h.reshaped(now, p).unwrap_or_else(|| h.clone()),
+                None => fresh,
+            };
+            let behind = l.latest().saturating_sub(now);
+            let d = l.acquire(now, p, cost).seen_from_behind(behind);
+            if d.allowed && cost > 0 {
+                let d = d.resetting_at(l.empty_at(), now);
+                (Some(l), d)
+            } else {
+                (None, d)
+            }
+        }
+        let cost = spec.cost;
+        match (&spec.params, held.cloned()) {
+            (SpecParams::Slide(w), h) => {
+                let h = h.and_then(|mut h| h.slide_mut().cloned());
+                let (l, d) = run(
+                    h.as_ref(),
+                    SlidingLog::new(w.as_slice()),
+                    w.as_slice(),
+                    cost,
+                    now,
+                );
+                (l.map(|l| Limiter::Slide(Box::new(l))), d)
+            }
+            (SpecParams::Token(p), h) => {
+                let h = h.and_then(|mut h| h.token_mut().cloned());
+                let (l, d) = run(h.as_ref(), Gcra::new(p), p, cost, now);
+                (l.map(|l| Limiter::Token(Box::new(l))), d)
+            }
+            (SpecParams::Leaky(p), h) => {
+                let h = h.and_then(|mut h| h.leaky_mut().cloned());
+                let (l, d) = run(h.as_ref(), Gcra::new(p), p, cost, now);
+                (l.map(|l| Limiter::Leaky(Box::new(l))), d)
+            }
+            (SpecParams::Fixed(p), h) => {
+                let h = h.and_then(|mut h| h.fixed_mut().cloned());
+                let (l, d) = run(h.as_ref(), FixedWindow::new(p), p, cost, now);
+                (l.map(|l| Limiter::Fixed(Box::new(l))), d)
+            }
+            (SpecParams::Subwin(p), h) => {
+                let h = h.and_then(|mut h| h.subwin_mut().cloned());
+                let (l, d) = run(h.as_ref(), SubWindow::new(p), p, cost, now);
+                (l.map(Limiter::Subwin), d)
+            }
+        }
+    }
+
+    /// Runs one call as `commands::all` does, on `keys` (a missing key is `None`).
+    fn call(keys: &mut [Option<Limiter>], specs: &[Spec], now: Millis) -> Combined {
+        let mut targets: Vec<Target> = keys
+            .iter_mut()
+            .zip(specs)
+            .map(|(k, s)| match k {
+                Some(l) => Target::Held(l),
+                None => Target::New(s.fresh()),
+            })
+            .collect();
+        let combined = acquire(&mut targets, specs, now).unwrap();
+        let created: Vec<Option<Limiter>> = targets
+            .into_iter()
+            .map(|t| match t {
+                Target::New(l) => Some(l),
+                Target::Held(_) => None,
+            })
+            .collect();
+        for ((k, new), o) in keys.iter_mut().zip(created).zip(&combined.each) {
+            if let (true, Some(new)) = (o.changed, new) {
+                *k = Some(new);
+            }
+        }
+        combined
+    }
+
+    fn encoded(keys: &[Option<Limiter>]) -> Vec<Option<Vec<u8>>> {
+        keys.iter()
+            .map(|k| k.as_ref().map(Limiter::encode))
+            .collect()
+    }
+
+    #[test]
+    fn all_or_nothing_on_two_layers() {
+        let s = specs("RL.ALL 2 rpm tpm SLIDE 2 60000 TOKEN 10000 60000 COST 3000");
+        let mut keys = [None, None];
+        let ok = call(&mut keys, &s, T0);
+        assert_eq!(ok.decision.as_reply(), [1, 2, 1, 0, 60000]);
+        assert_eq!(ok.each[1].decision.as_reply(), [1, 10000, 7000, 0, 18000]);
+        let ok = call(&mut keys, &s, T0 + 1);
+        assert_eq!(ok.decision.as_reply()[..3], [1, 2, 0]);
+        // The tokens would allow a third, the requests not: nothing is taken from either.
+        let before = encoded(&keys);
+        let refused = call(&mut keys, &s, T0 + 2);
+        assert_eq!(refused.decision.as_reply(), [0, 2, 0, 59998, 59999]);
+        assert!(refused.each[1].decision.allowed);
+        assert!(refused.each.iter().all(|o| !o.changed));
+        assert_eq!(encoded(&keys), before);
+    }
+
+    #[test]
+    fn another_kind_is_an_error_naming_its_index() {
+        let s = specs("RL.ALL 2 a b TOKEN 5 1000 FIXED 5 1000");
+        let mut keys = [None, Some(s[0].fresh())];
+        let mut targets: Vec<Target> = keys
+            .iter_mut()
+            .zip(&s)
+            .map(|(k, s)| match k {
+                Some(l) => Target::Held(l),
+                None => Target::New(s.fresh()),
+            })
+            .collect();
+        let err = acquire(&mut targets, &s, T0).unwrap_err();
+        assert_eq!(
+            err,
+            (
+                1,
+                Error::OtherKind {
+                    held: Kind::Token,
+                    wanted: "RL.FIXED"
+                }
+            )
+        );
+    }
+
+    #[test]
+    fn combined_fields() {
+        let d = |allowed, limit, remaining, retry_after, reset_after_ms| Decision {
+            allowed,
+            limit,
+            remaining,
+            retry_after,
+            reset_after_ms,
+        };
+        // Allowed: the least remaining, the longest wait (a leaky bucket's), the latest reset.
+        let got = combine(&[
+            d(true, 10, 3, Wait::None, 500),
+            d(true, 5, 1, Wait::None, 100),
+            d(true, 7, 1, Wait::Ms(40), 900),
+        ]);
+        assert_eq!(got.as_reply(), [1, 5, 1, 40, 900]);
+        // Refused: the refusing limiter with the longest wait; never beats any wait.
+        let got = combine(&[
+            d(false, 10, 0, Wait::Ms(700), 800),
+            d(true, 5, 4, Wait::Ms(900), 100),
+            d(false, 3, 0, Wait::Ms(200), 300),
+        ]);
+        assert_eq!(got.as_reply(), [0, 10, 0, 700, 800]);
+        let got = combine(&[
+            d(false, 10, 0, Wait::Ms(700), 800),
+            d(false, 2, 0, Wait::Never, 0),
+        ]);
+        assert_eq!(got.as_reply(), [0, 2, 0, -1, 800]);
+    }
+
+    /// One key's spec words: a kind, its parameters and options, a cost. `variant` picks one
+    /// of two parameter sets, so that a key's parameters change between calls.
+    fn spec_words() -> impl Strategy<Value = (u8, [String; 2])> {
+        let limit = 1u64..6;
+        let window = 1u64..8;
+        (
+            0u8..5,
+            limit.clone(),
+            limit,
+            window.clone(),
+            window,
+            0u8..4,
+            0u64..4,
+        )
+            .prop_map(|(kind, l1, l2, w1, w2, opt, cost)| {
+                let (w1, w2) = (w1 * 250, w2 * 500);
+                let cost = if cost == 1 {
+                    String::new()
+                } else {
+                    format!(" COST {cost}")
+                };
+                let words = |l: u64, w: u64| match kind {
+                    0 if opt % 2 == 0 => format!("SLIDE {l} {w}{cost}"),
+                    0 => format!("SLIDE {l} {w} {} {}{cost}", l * 2, w * 3),
+                    1 if opt == 0 => format!("TOKEN {l} {w}{cost}"),
+                    1 => format!("TOKEN {l} {w} BURST {opt}{cost}"),
+                    2 if opt == 0 => format!("LEAKY {l} {w}{cost}"),
+                    2 => format!("LEAKY {l} {w} MAXDELAY {} BURST {opt}{cost}", w * 2),
+                    3 if opt % 2 == 0 => format!("FIXED {l} {w}{cost}"),
+                    3 => format!("FIXED {l} {w} ALIGN{cost}"),
+                    _ => format!("SUBWIN {l} {w} {}{cost}", w / [1, 5, 25, 125][opt as usize]),
+                };
+                (kind, [words(l1, w1), words(l2, w2)])
+            })
+    }
+
+    proptest! {
+        /// A random mix of 1 to 8 limiters of every kind, called together many times:
+        /// when every one allows, the call equals calling each key's own command one by one;
+        /// when one refuses, nothing changes.
+        #[test]
+        fn all_equals_each_one_alone_or_changes_nothing(
+            keys in prop::collection::vec(spec_words(), 1..=8),
+            calls in prop::collection::vec(
+                (prop::collection::vec(0usize..2, 8), 0u64..1500, any::<bool>()),
+                1..40,
+            ),
+        ) {
+            let n = keys.len();
+            let mut state: Vec<Option<Limiter>> = vec![None; n];
+            let mut now = T0;
+            for (variants, step, back) in calls {
+                // Time mostly runs on; sometimes a caller is behind.
+                now = if back { now.saturating_sub(step / 4) } else { now + step };
+                prop_assert!(now <= MAX_TIMESTAMP);
+                let line = (0..n)
+                    .map(|i| keys[i].1[variants[i]].clone())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let names: Vec<String> = (0..n).map(|i| format!("k{i}")).collect();
+                let line = format!("RL.ALL {n} {} {line}", names.join(" "));
+                let s = specs(&line);
+                let model: Vec<(Option<Limiter>, Decision)> = state
+                    .iter()
+                    .zip(&s)
+                    .map(|(k, spec)| single(k.as_ref(), spec, now))
+                    .collect();
+                let before = encoded(&state);
+                let got = call(&mut state, &s, now);
+                let all_allow = model.iter().all(|(_, d)| d.allowed);
+                prop_assert_eq!(got.decision.allowed, all_allow);
+                let each: Vec<Decision> = got.each.iter().map(|o| o.decision).collect();
+                prop_assert_eq!(got.decision, combine(&each));
+                if all_allow {
+                    for (i, ((new, d), o)) in model.iter().zip(&got.each).enumerate() {
+                        prop_assert_eq!(&o.decision, d, "limiter {} in {} at {}", i, &line, now);
+                        if let Some(new) = new {
+                            let now_held = state[i].as_ref().map(Limiter::encode);
+                            prop_assert_eq!(now_held, Some(new.encode()));
+                        } else {
+                            prop_assert_eq!(&encoded(&state)[i], &before[i]);
+                        }
+                    }
+                } else {
+                    prop_assert_eq!(encoded(&state), before);
+                    for ((_, d), o) in model.iter().zip(&got.each) {
+                        // A refusing limiter answers as its own command; one that allows
+                        // recorded nothing here, where its own command would have.
+                        prop_assert_eq!(d.allowed, o.decision.allowed);
+                        if d.allowed {
+                            prop_assert_eq!(d.limit, o.decision.limit);
+                            prop_assert!(o.decision.remaining >= d.remaining);
+                        } else {
+                            prop_assert_eq!(&o.decision, d);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,297 @@
+//! RL.ALL: one all-or-nothing decision across several keys and kinds, on a real server.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use common::{dataset_digest, digest, err, int, rl, run, server, unix_ms, wait_until, Server};
+use redis::{Connection, Value};
+use rstest::rstest;
+
+/// An RL.ALL reply: the combined five fields, then each limiter's five.
+fn all(c: &mut Connection, line: &str) -> ([i64; 5], Vec<[i64; 5]>) {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let v = run(c, &words).unwrap_or_else(|e| panic!("{line}: {e}"));
+    let Value::Array(items) = v else {
+        panic!("{line}: not an array: {v:?}");
+    };
+    let ints: Vec<i64> = items[..5]
+        .iter()
+        .map(|v| redis::from_redis_value(v).expect("integer"))
+        .collect();
+    let each = items[5..]
+        .iter()
+        .map(|v| {
+            let e: Vec<i64> = redis::from_redis_value(v).expect("five integers");
+            e.try_into().expect("five")
+        })
+        .collect();
+    (ints.try_into().expect("five"), each)
+}
+
+#[rstest]
+fn layers_decide_together(server: Server) {
+    let mut c = server.conn();
+    let t = unix_ms();
+    let call = |c: &mut Connection, at: u64| {
+        all(
+            c,
+            &format!(
+                "RL.ALL 2 {{user:42}}:rpm {{user:42}}:tpm SLIDE 2 60000 TOKEN 10000 60000 COST 3000 NOW {at}"
+            ),
+        )
+    };
+    let (d, each) = call(&mut c, t);
+    assert_eq!(d, [1, 2, 1, 0, 60000]);
+    assert_eq!(each, [[1, 2, 1, 0, 60000], [1, 10000, 7000, 0, 18000]]);
+    let (d, _) = call(&mut c, t + 1);
+    assert_eq!(d[..3], [1, 2, 0]);
+    // The requests refuse; the tokens would allow, and are not taken.
+    let (d, each) = call(&mut c, t + 2);
+    assert_eq!(d, [0, 2, 0, 59998, 59999]);
+    assert_eq!(each[1][..3], [1, 10000, 1000]);
+    assert_eq!(
+        rl(&mut c, &format!("RL.PEEK {{user:42}}:tpm NOW {}", t + 2))[2],
+        4000 // 10000 - 6000: the refused call took nothing
+    );
+    // The same keys through their own commands see the same state.
+    assert_eq!(
+        rl(
+            &mut c,
+            &format!("RL.SLIDE {{user:42}}:rpm 2 60000 NOW {}", t + 3)
+        )[0],
+        0
+    );
+    // Expiry as the single-key commands set it.
+    let pttl = int(&mut c, &["PTTL", "{user:42}:tpm"]);
+    assert!(pttl > 0 && pttl <= 36_000, "{pttl}");
+    // COST 0 everywhere reads and writes nothing.
+    let before = dataset_digest(&mut c);
+    let (d, each) = all(
+        &mut c,
+        &format!(
+            "RL.ALL 3 {{user:42}}:rpm {{user:42}}:tpm fresh SLIDE 2 60000 COST 0 TOKEN 10000 60000 COST 0 FIXED 5 1000 COST 0 NOW {}",
+            t + 4
+        ),
+    );
+    assert_eq!(d[0], 1);
+    assert_eq!(each[2], [1, 5, 5, 0, 0]);
+    assert_eq!(dataset_digest(&mut c), before);
+    assert_eq!(int(&mut c, &["EXISTS", "fresh"]), 0);
+}
+
+#[rstest]
+fn every_kind_in_one_call(server: Server) {
+    let mut c = server.conn();
+    let t = unix_ms();
+    let (d, each) = all(
+        &mut c,
+        &format!(
+            "RL.ALL 5 s t l f w SLIDE 5 1000 10 60000 TOKEN 5 1000 BURST 3 LEAKY 5 1000 MAXDELAY 500 \
+             FIXED 5 1000 ALIGN SUBWIN 5 1000 100 COST 2 NOW {t}"
+        ),
+    );
+    assert_eq!(d[0], 1);
+    assert_eq!(each.len(), 5);
+    // Each key is the kind its spec names: its own command takes it.
+    for (key, line) in [
+        ("s", "RL.SLIDE s 5 1000 10 60000"),
+        ("t", "RL.TOKEN t 5 1000 BURST 3"),
+        ("l", "RL.LEAKY l 5 1000 MAXDELAY 500"),
+        ("f", "RL.FIXED f 5 1000 ALIGN"),
+        ("w", "RL.SUBWIN w 5 1000 100"),
+    ] {
+        assert_eq!(int(&mut c, &["EXISTS", key]), 1);
+        rl(&mut c, &format!("{line} NOW {t}"));
+    }
+    // A key of another kind: the single-key command's error, naming the key; nothing changes.
+    let before = dataset_digest(&mut c);
+    let e = err(
+        &mut c,
+        &[
+            "RL.ALL", "2", "s", "t", "SLIDE", "5", "1000", "10", "60000", "FIXED", "5", "1000",
+        ],
+    );
+    assert_eq!(
+        e,
+        "WRONGTYPE key holds a RL.TOKEN limiter, not RL.FIXED (key 't')"
+    );
+    assert_eq!(dataset_digest(&mut c), before);
+    run(&mut c, &["SET", "str", "x"]).unwrap();
+    let e = err(&mut c, &["RL.ALL", "1", "str", "TOKEN", "1", "1000"]);
+    assert!(
+        e.starts_with("WRONGTYPE") && e.ends_with("(key 'str')"),
+        "{e}"
+    );
+}
+
+#[rstest]
+#[case(&["RL.ALL"], "ERR wrong number of arguments for 'RL.ALL' command")]
+#[case(&["RL.ALL", "0", "a", "TOKEN", "1", "1000"], "ERR numkeys must be an integer from 1 to 16")]
+#[case(&["RL.ALL", "17", "a", "TOKEN", "1", "1000"], "ERR numkeys must be an integer from 1 to 16")]
+#[case(&["RL.ALL", "5", "a", "b", "TOKEN", "1"], "ERR wrong number of arguments for 'RL.ALL' command")]
+#[case(&["RL.ALL", "2", "a", "b", "TOKEN", "1", "1000"], "ERR RL.ALL takes one limiter per key: 2 key(s), 1 limiter(s)")]
+#[case(&["RL.ALL", "1", "a", "TOKEN", "1", "1000", "FIXED", "1", "1000"], "ERR RL.ALL takes one limiter per key: 1 key(s), 2 limiter(s)")]
+#[case(&["RL.ALL", "2", "a", "a", "TOKEN", "1", "1000", "TOKEN", "1", "1000"], "ERR the same key is given twice (key 'a')")]
+#[case(&["RL.ALL", "1", "a", "TOKEN", "1", "1000", "ALIGN"], "ERR unknown option 'ALIGN' (key 'a')")]
+#[case(&["RL.ALL", "1", "a", "TOKEN", "0", "1000"], "ERR limit must be an integer from 1 to 2147483647 (key 'a')")]
+#[case(&["RL.ALL", "1", "a", "HOURLY", "1", "1000"], "ERR expected a limiter kind (SLIDE, TOKEN, LEAKY, FIXED, SUBWIN) after the keys, got 'HOURLY'")]
+#[case(&["RL.ALL", "1", "a", "TOKEN", "1", "1000", "NOW", "1", "2"], "ERR NOW comes once, after the last limiter; then nothing, got '2'")]
+fn bad_input(#[case] words: &[&str], #[case] want: &str) {
+    let server = Server::start(&[]);
+    let mut c = server.conn();
+    assert_eq!(err(&mut c, words), want);
+    assert_eq!(int(&mut c, &["DBSIZE"]), 0);
+}
+
+#[rstest]
+fn survives_restart_and_reaches_the_aof_in_one_multi() {
+    let mut server = Server::start(&["--appendonly", "yes"]);
+    let mut c = server.conn();
+    let t = unix_ms();
+    let line = format!("RL.ALL 2 {{o}}:a {{o}}:b TOKEN 100 60000 FIXED 5 60000 COST 2 NOW {t}");
+    all(&mut c, &line);
+    let digests = (digest(&mut c, "{o}:a"), digest(&mut c, "{o}:b"));
+    let path = server.path("appendonlydir/appendonly.aof.1.incr.aof");
+    let mut aof = String::new();
+    wait_until("the AOF to hold the call", 10, || {
+        aof = std::fs::read_to_string(&path).unwrap_or_default();
+        aof.contains("RL.FIXED")
+    });
+    // The two effects, as the single-key commands write them, inside one MULTI/EXEC.
+    let multi = aof.find("MULTI").expect("MULTI");
+    let a = aof
+        .find(&format!("RL.TOKEN 100 60000 NOW {t}"))
+        .expect("the token effect");
+    let b = aof
+        .find(&format!("RL.FIXED 5 60000 COST 2 NOW {t}"))
+        .expect("the fixed effect");
+    let exec = aof.find("EXEC").expect("EXEC");
+    assert!(multi < a && a < b && b < exec, "{aof:?}");
+    assert!(!aof.contains("RL.ALL"), "{aof:?}");
+    server.crash_and_restart();
+    let mut c = server.conn();
+    assert_eq!((digest(&mut c, "{o}:a"), digest(&mut c, "{o}:b")), digests);
+    server.save_and_restart();
+    let mut c = server.conn();
+    assert_eq!((digest(&mut c, "{o}:a"), digest(&mut c, "{o}:b")), digests);
+}
+
+#[rstest]
+fn replica_holds_the_same_limiters() {
+    let primary = Server::start(&[]);
+    let replica = primary.replica();
+    let (mut p, mut r) = (primary.conn(), replica.conn());
+    for i in 0..200u64 {
+        let line = format!(
+            "RL.ALL 3 u{} org tok SLIDE 5 2000 FIXED 40 1000 TOKEN 1000 1000 COST {}",
+            i % 4,
+            i % 7
+        );
+        all(&mut p, &line);
+    }
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut p).unwrap();
+    assert_eq!(acked, 1);
+    assert_eq!(dataset_digest(&mut p), dataset_digest(&mut r));
+    for key in ["u0", "u1", "org", "tok"] {
+        assert_eq!(
+            int(&mut p, &["PEXPIRETIME", key]),
+            int(&mut r, &["PEXPIRETIME", key]),
+            "{key}"
+        );
+    }
+    // A replica refuses the write, as it does the single-key commands.
+    let e = err(&mut r, &["RL.ALL", "1", "x", "TOKEN", "1", "1000"]);
+    assert!(e.starts_with("READONLY"), "{e}");
+}
+
+#[rstest]
+fn getkeys_and_keyspace_events(server: Server) {
+    let mut c = server.conn();
+    let keys: Vec<String> = redis::cmd("COMMAND")
+        .arg("GETKEYS")
+        .arg("RL.ALL")
+        .arg(2)
+        .arg("a")
+        .arg("b")
+        .arg("TOKEN")
+        .arg(1)
+        .arg(1000)
+        .arg("FIXED")
+        .arg(1)
+        .arg(1000)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(keys, ["a", "b"]);
+    run(&mut c, &["CONFIG", "SET", "notify-keyspace-events", "KEd"]).unwrap();
+    let mut sub = server.conn();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.psubscribe("__keyspace@0__:*").unwrap();
+    pubsub
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    all(&mut c, "RL.ALL 2 a b TOKEN 1 1000 FIXED 1 1000");
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let m = pubsub.get_message().unwrap();
+        let payload: String = m.get_payload().unwrap();
+        seen.push(format!("{} {payload}", m.get_channel_name()));
+    }
+    assert_eq!(
+        seen,
+        ["__keyspace@0__:a rl.token", "__keyspace@0__:b rl.fixed"]
+    );
+}
+
+/// 50 clients, each its own user, all under one organisation: no user and not the
+/// organisation ever goes past its limit, and the organisation's limit is reached.
+#[rstest]
+fn fifty_clients_on_two_layers_never_exceed_either(server: Server) {
+    const USER_LIMIT: u64 = 7;
+    const ORG_LIMIT: u64 = 120;
+    let allowed = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..50)
+        .map(|u| {
+            let mut c = server.conn();
+            let allowed = Arc::clone(&allowed);
+            std::thread::spawn(move || {
+                let mut mine = 0;
+                for _ in 0..20 {
+                    let (d, each) = all(
+                        &mut c,
+                        &format!(
+                            "RL.ALL 2 {{org}}:u{u} {{org}} SLIDE {USER_LIMIT} 600000 TOKEN {ORG_LIMIT} 600000"
+                        ),
+                    );
+                    if d[0] == 1 {
+                        mine += 1;
+                        assert!(each.iter().all(|e| e[0] == 1));
+                    }
+                }
+                assert!(mine <= USER_LIMIT, "user {u}: {mine} allowed");
+                allowed.fetch_add(mine, Ordering::Relaxed);
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("client thread");
+    }
+    // 50 users could take 350; the organisation stops them at 120 (plus what its bucket
+    // refilled while the test ran: at most a few per second).
+    let total = allowed.load(Ordering::Relaxed);
+    assert!((ORG_LIMIT..=ORG_LIMIT + 5).contains(&total), "{total}");
+    let mut c = server.conn();
+    let users: i64 = (0..50)
+        .map(
+            |u| match run(&mut c, &["RL.PEEK", &format!("{{org}}:u{u}")]).unwrap() {
+                Value::Nil => 0,
+                v => {
+                    let v: Vec<i64> = redis::from_redis_value(&v).unwrap();
+                    v[1] - v[2]
+                }
+            },
+        )
+        .sum();
+    assert_eq!(users as u64, total);
+}

@@ -14,13 +14,16 @@
 # Environment:
 #   MODULE          the module to load (default: <repo>/target/release/libredis_ratelimit.so)
 #   CLUSTER_TIMEOUT seconds allowed for each wait (default: 60)
+#   CLUSTER_PORTS   six ports, primaries first (default: "7000 7001 7002 7003 7004 7005");
+#                   each port + 10000 is its cluster bus port
+#   CLUSTER_DIR     where the nodes live (default: <repo>/.cluster)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-STATE="$ROOT/.cluster"
+STATE=${CLUSTER_DIR:-$ROOT/.cluster}
 MODULE=${MODULE:-$ROOT/target/release/libredis_ratelimit.so}
 TIMEOUT=${CLUSTER_TIMEOUT:-60}
-PORTS=(7000 7001 7002 7003 7004 7005)
+read -r -a PORTS <<<"${CLUSTER_PORTS:-7000 7001 7002 7003 7004 7005}"
 
 # The pid of the node on $1 if it runs (the pid file names a live redis-server), else nothing.
 node_pid() {
@@ -92,7 +95,7 @@ start() {
   for port in "${PORTS[@]}"; do
     for p in "$port" $((port + 10000)); do
       if port_taken "$p"; then
-        echo "port $p is taken by another program; the cluster needs 7000-7005 and 17000-17005" >&2
+        echo "port $p is taken by another program; the cluster needs ports ${PORTS[*]} and each + 10000" >&2
         return 1
       fi
     done

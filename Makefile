@@ -36,7 +36,7 @@ HAVE_LIBCLANG := if command -v dpkg; then dpkg -s libclang-dev; \
                       { ldconfig -p || /sbin/ldconfig -p; } | grep -q libclang; fi
 HAVE_SERVER   := command -v redis-server && command -v redis-cli && command -v redis-benchmark
 
-.PHONY: help deps build-deps build run dist cluster cluster-stop test bench bench-instr bench-memory bigkeys accuracy fuzz lint fmt clean
+.PHONY: help deps build-deps build run dist cluster cluster-stop test test-examples examples-deps bench bench-instr bench-memory bigkeys accuracy fuzz lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
@@ -78,8 +78,31 @@ cluster: build ## Start a local cluster with the module: 3 primaries, 3 replicas
 cluster-stop: ## Stop the local cluster and remove what it created (.cluster/)
 	cluster/cluster.sh stop
 
-test: deps ## Run every unit and integration test (starts its own servers)
+test: deps ## Run every unit and integration test, then the client examples (starts its own servers)
 	cargo test --release
+	@$(MAKE) --no-print-directory test-examples
+
+# The client examples need Python 3 with venv and Node.js 18+ with npm (installed with apt-get
+# where missing and apt-get exists), then redis-py from PyPI and the Node clients from npm.
+EXAMPLES_VENV := .examples/venv
+HAVE_PYTHON   := python3 -c 'import venv, ensurepip'
+HAVE_NODE     := command -v node && command -v npm
+
+examples-deps: $(EXAMPLES_VENV)/.installed examples/node/node_modules/.package-lock.json ## Install the examples' clients: redis-py (PyPI, in .examples/venv), ioredis and node-redis (npm ci)
+
+$(EXAMPLES_VENV)/.installed: examples/python/requirements.txt
+	$(call need,Python 3 with venv,$(HAVE_PYTHON),python3 python3-venv,install Python 3.8 or later with its venv module)
+	python3 -m venv $(EXAMPLES_VENV)
+	$(EXAMPLES_VENV)/bin/pip install -q -r examples/python/requirements.txt
+	touch $@
+
+examples/node/node_modules/.package-lock.json: examples/node/package-lock.json examples/node/package.json
+	$(call need,Node.js with npm,$(HAVE_NODE),nodejs npm,install Node.js 18 or later with npm)
+	cd examples/node && npm ci --no-audit --no-fund --loglevel=error
+
+test-examples: deps examples-deps ## Run the Python, Node and Rust client examples against a server and a cluster of their own
+	cargo build --release --examples
+	MODULE=$(CURDIR)/$(SO) examples/test.sh
 
 bench: build ## Throughput against INCR, SET PX and the Lua scripts (CELL_SO=... adds CL.THROTTLE)
 	bench/bench.sh

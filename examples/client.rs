@@ -84,6 +84,29 @@ impl FromRedisValue for Decision {
     }
 }
 
+/// RL.ALL's reply: the decision of the whole call (the first five fields, readable as any
+/// [`Decision`]), then each limiter's own five fields, in key order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllDecision {
+    pub overall: Decision,
+    pub parts: Vec<Decision>,
+}
+
+impl FromRedisValue for AllDecision {
+    fn from_redis_value(v: &Value) -> RedisResult<AllDecision> {
+        let items = match v {
+            Value::Array(items) if items.len() >= 5 => items,
+            _ => return Err((redis::ErrorKind::TypeError, "not an RL.ALL reply").into()),
+        };
+        let overall = Decision::from_redis_value(&Value::Array(items[..5].to_vec()))?;
+        let parts = items[5..]
+            .iter()
+            .map(Decision::from_redis_value)
+            .collect::<RedisResult<Vec<_>>>()?;
+        Ok(AllDecision { overall, parts })
+    }
+}
+
 /// A limiter's configuration: its command and the parameters after the key.
 #[derive(Debug, Clone)]
 pub struct Limit {
@@ -539,6 +562,25 @@ mod check {
             "{b:?}"
         );
         assert_eq!(b.limit, 5);
+
+        let tag = fresh("{rs:all}");
+        let all: AllDecision = redis::cmd("RL.ALL")
+            .arg(2)
+            .arg(format!("{tag}:rpm"))
+            .arg(format!("{tag}:tpm"))
+            .arg(&["SLIDE", "2", "60000", "TOKEN", "10", "60000", "COST", "3"])
+            .query(con)
+            .expect("RL.ALL");
+        assert_eq!(
+            (
+                all.overall.allowed,
+                all.overall.limit,
+                all.overall.remaining
+            ),
+            (true, 2, 1)
+        );
+        let parts: Vec<(u64, u64)> = all.parts.iter().map(|p| (p.limit, p.remaining)).collect();
+        assert_eq!(parts, [(2, 1), (10, 7)]);
 
         let missing: Option<Decision> = redis::cmd("RL.PEEK")
             .arg(fresh("rs:none"))

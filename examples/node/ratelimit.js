@@ -27,20 +27,28 @@ class Decision {
    * @param {number} remaining units available now, in the tightest window
    * @param {number} retryAfterMs refused: exact wait, or NEVER; allowed: 0, or RL.LEAKY's delay
    * @param {number} resetAfterMs until the limiter is empty again (the key's PTTL)
+   * @param {Decision[]} parts RL.ALL: each limiter's own five fields, in key order
    */
-  constructor(allowed, limit, remaining, retryAfterMs, resetAfterMs) {
-    Object.assign(this, { allowed, limit, remaining, retryAfterMs, resetAfterMs });
+  constructor(allowed, limit, remaining, retryAfterMs, resetAfterMs, parts = []) {
+    Object.assign(this, { allowed, limit, remaining, retryAfterMs, resetAfterMs, parts });
     Object.freeze(this);
   }
 
-  /** The typed reply; null for the nil of RL.PEEK/RL.REFUND/RL.CHARGE on a missing key. */
+  /**
+   * The typed reply; null for the nil of RL.PEEK/RL.REFUND/RL.CHARGE on a missing key. RL.ALL's
+   * reply (five fields, then one five-field array per key) fills `parts`.
+   */
   static fromReply(reply) {
     if (reply === null || reply === undefined) return null;
-    if (!Array.isArray(reply) || reply.length !== 5) {
-      throw new TypeError(`not a five-field rate limiter reply: ${JSON.stringify(reply)}`);
-    }
-    const [allowed, limit, remaining, retry, reset] = reply.map(Number);
-    return new Decision(allowed === 1, limit, remaining, retry, reset);
+    const bad = (what) => new TypeError(`not ${what}: ${JSON.stringify(reply)}`);
+    if (!Array.isArray(reply) || reply.length < 5) throw bad('a five-field rate limiter reply');
+    const head = reply.slice(0, 5);
+    const rest = reply.slice(5);
+    if (head.some(Array.isArray)) throw bad('a five-field rate limiter reply');
+    if (rest.some((x) => !Array.isArray(x) || x.length !== 5)) throw bad('an RL.ALL reply');
+    const [allowed, limit, remaining, retry, reset] = head.map(Number);
+    const parts = rest.map((x) => Decision.fromReply(x));
+    return new Decision(allowed === 1, limit, remaining, retry, reset, parts);
   }
 
   /** Refused for good: the cost is above the limit, waiting does not help. */

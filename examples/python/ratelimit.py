@@ -44,16 +44,24 @@ class Decision:
     remaining: int  # units available now, in the tightest window
     retry_after_ms: int  # refused: exact wait, or NEVER; allowed: 0, or RL.LEAKY's delay
     reset_after_ms: int  # until the limiter is empty again (the key's PTTL)
+    parts: Tuple["Decision", ...] = ()  # RL.ALL: each limiter's own five fields, in key order
 
     @classmethod
     def from_reply(cls, reply) -> Optional["Decision"]:
-        """The typed reply; None for the nil of RL.PEEK/RL.REFUND/RL.CHARGE on a missing key."""
+        """The typed reply; None for the nil of RL.PEEK/RL.REFUND/RL.CHARGE on a missing key.
+        RL.ALL's reply (five fields, then one five-field array per key) fills `parts`."""
         if reply is None:
             return None
-        if not isinstance(reply, (list, tuple)) or len(reply) != 5:
+        if not isinstance(reply, (list, tuple)) or len(reply) < 5:
             raise ValueError(f"not a five-field rate limiter reply: {reply!r}")
-        allowed, limit, remaining, retry, reset = (int(x) for x in reply)
-        return cls(allowed == 1, limit, remaining, retry, reset)
+        head, rest = reply[:5], reply[5:]
+        if any(isinstance(x, (list, tuple)) for x in head):
+            raise ValueError(f"not a five-field rate limiter reply: {reply!r}")
+        if any(not isinstance(x, (list, tuple)) or len(x) != 5 for x in rest):
+            raise ValueError(f"not an RL.ALL reply: {reply!r}")
+        allowed, limit, remaining, retry, reset = (int(x) for x in head)
+        parts = tuple(cls.from_reply(x) for x in rest)
+        return cls(allowed == 1, limit, remaining, retry, reset, parts)
 
     @property
     def never(self) -> bool:

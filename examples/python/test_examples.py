@@ -137,6 +137,17 @@ class Reply(unittest.TestCase):
         self.assertEqual(second.limit, 5)  # bookings that fit from idle: BURST 1 + MAXDELAY's 4
         self.assertNotIn("Retry-After", dict(headers(second, limit)))
 
+    def test_rl_all_parts(self):
+        tag = fresh("{py:all}")
+        reply = self.r.execute_command(
+            "RL.ALL", 2, f"{tag}:rpm", f"{tag}:tpm", "SLIDE", 2, 60000, "TOKEN", 10, 60000, "COST", 3
+        )
+        d = Decision.from_reply(reply)
+        self.assertEqual((d.allowed, d.limit, d.remaining), (True, 2, 1))
+        self.assertEqual([(p.limit, p.remaining) for p in d.parts], [(2, 1), (10, 7)])
+        with self.assertRaises(ValueError):
+            Decision.from_reply([1, 2, 3])
+
     def test_peek_refund_charge(self):
         lim, key = Limiter(self.r, Limit("RL.TOKEN", 10, 60000)), fresh("py:token")
         self.assertIsNone(lim.peek(key))

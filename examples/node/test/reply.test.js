@@ -86,6 +86,20 @@ test('Retry-After rounds up, never, several windows, the leaky delay, peek/refun
   }
 });
 
+test('RL.ALL: the first five fields, then each limiter in parts', async () => {
+  const io = new Redis(URL);
+  try {
+    const tag = fresh('{node:all}');
+    const reply = await io.call('RL.ALL', 2, `${tag}:rpm`, `${tag}:tpm`, 'SLIDE', 2, 60000, 'TOKEN', 10, 60000, 'COST', 3);
+    const d = Decision.fromReply(reply);
+    assert.deepEqual([d.allowed, d.limit, d.remaining], [true, 2, 1]);
+    assert.deepEqual(d.parts.map((p) => [p.limit, p.remaining]), [[2, 1], [10, 7]]);
+    assert.throws(() => Decision.fromReply([1, 2, 3]), TypeError);
+  } finally {
+    io.disconnect();
+  }
+});
+
 test('ioredis keyPrefix is applied to RL.* keys by the sender', async () => {
   const io = new Redis(URL, { keyPrefix: 'tenant-a:' });
   const plain = new Redis(URL);

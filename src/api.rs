@@ -49,6 +49,8 @@ pub enum Reply {
     Decision(Decision),
     Nil,
     Ok,
+    /// An `RL.ACQUIRE` answer: the decision and the lease held, if any.
+    Lease(Decision, Option<Vec<u8>>),
 }
 
 pub type Handler = fn(&Context, &[Arg]) -> Result<Reply, Error>;
@@ -78,7 +80,7 @@ pub unsafe fn dispatch(
     });
     if let Some(c) = counters {
         c.count(match &outcome {
-            Ok(Reply::Decision(d)) => Some(d.allowed),
+            Ok(Reply::Decision(d) | Reply::Lease(d, _)) => Some(d.allowed),
             Ok(_) => Some(true),
             Err(_) => None,
         });
@@ -97,6 +99,7 @@ pub unsafe fn dispatch(
                 }
             }
         }
+        Ok(Reply::Lease(d, id)) => reply_lease(ctx, &d, id.as_deref()),
         Ok(Reply::Nil) => {
             raw::reply_with_null(ctx);
         }
@@ -113,11 +116,39 @@ pub unsafe fn dispatch(
     raw::REDISMODULE_OK as c_int
 }
 
+/// Replies `[allowed, limit, remaining, retry_after_ms, reset_after_ms, lease-id]`, the id
+/// nil when there is none.
+pub fn reply_lease(ctx: *mut raw::RedisModuleCtx, d: &Decision, id: Option<&[u8]>) {
+    // SAFETY: ctx is a context that may reply (a command's, or a blocked client's reply
+    // callback's); the id's bytes are copied by Redis.
+    unsafe {
+        let (Some(array), Some(long_long), Some(bulk)) = (
+            raw::RedisModule_ReplyWithArray,
+            raw::RedisModule_ReplyWithLongLong,
+            raw::RedisModule_ReplyWithStringBuffer,
+        ) else {
+            return;
+        };
+        array(ctx, 6);
+        for v in d.as_reply() {
+            long_long(ctx, v);
+        }
+        match id {
+            Some(id) => {
+                bulk(ctx, id.as_ptr().cast::<c_char>(), id.len());
+            }
+            None => {
+                raw::reply_with_null(ctx);
+            }
+        }
+    }
+}
+
 /// Replies with `msg` as an error, bytes kept as they are (an error may quote a client's
 /// UTF-8), except the ones RESP cannot carry in an error line. Not `raw::reply_with_error`:
 /// it turns each character into one byte, and so aborts the server on a client's
 /// non-ASCII argument that maps to NUL.
-fn reply_error(ctx: *mut raw::RedisModuleCtx, msg: &str) {
+pub fn reply_error(ctx: *mut raw::RedisModuleCtx, msg: &str) {
     let bytes: Vec<u8> = msg
         .bytes()
         .map(|b| match b {

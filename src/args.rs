@@ -302,7 +302,12 @@ fn positional<A: AsBytes>(
 }
 
 /// A decimal integer in `min..=max`, written the way Redis writes integers.
-fn int<A: AsBytes>(arg: &A, name: &'static str, min: u64, max: u64) -> Result<u64, Error> {
+pub(crate) fn int<A: AsBytes>(
+    arg: &A,
+    name: &'static str,
+    min: u64,
+    max: u64,
+) -> Result<u64, Error> {
     let err = Error::Range {
         arg: name,
         min,

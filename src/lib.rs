@@ -2,7 +2,8 @@
 //!
 //! `RL.SLIDE` (an exact sliding log over one or several windows), `RL.SUBWIN` (a rolling
 //! window from sub-interval counters), `RL.FIXED` (fixed window), `RL.TOKEN` (token bucket),
-//! `RL.LEAKY` (a leaky bucket that schedules), `RL.PEEK` and `RL.REFUND`,
+//! `RL.LEAKY` (a leaky bucket that schedules), `RL.PEEK` and `RL.REFUND`, and a concurrency
+//! limiter with leases (`RL.ACQUIRE`, `RL.RELEASE`, `RL.EXTEND`),
 //! on a custom data type that persists, replicates deterministically (each change as
 //! `RL.APPLY key effect`, see `src/effect.rs`) and expires by itself when empty. The
 //! algorithms live in [`algo`] and know nothing of Redis; [`commands`] is the thin layer
@@ -18,6 +19,7 @@ mod config;
 mod datatype;
 mod effect;
 pub mod error;
+mod lease;
 mod stats;
 mod store;
 pub mod value;
@@ -63,7 +65,7 @@ const WINDOW_MS: Arg = arg("window-ms", ArgKind::Integer);
 
 const RESOLUTION_MS: Arg = arg("resolution-ms", ArgKind::Integer);
 
-static COMMANDS: [Info; 9] = [
+static COMMANDS: [Info; 12] = [
     Info {
         name: "RL.SUBWIN",
         summary: "Rolling window approximated by window_ms/resolution_ms sub-interval counters plus the weighted trailing sub-interval: constant memory whatever the limit",
@@ -133,6 +135,46 @@ static COMMANDS: [Info; 9] = [
         args: &[KEY, COST, NOW],
     },
     Info {
+        name: "RL.ACQUIRE",
+        summary: "Concurrency limit: takes COST units (default 1) of limit under a lease that ends lease_ms after it was granted unless released or extended first; the same ID while held renews its lease; BLOCK waits for units, first come first served",
+        complexity: "O(N/128 + log N) where N is the number of leases the key holds; at most 64 ended leases are dropped per call",
+        arity: -4,
+        read_only: false,
+        args: &[
+            KEY,
+            LIMIT,
+            arg("lease-ms", ArgKind::Integer),
+            Arg {
+                kind: ArgKind::String,
+                ..option("ID", "lease-id")
+            },
+            COST,
+            option("BLOCK", "timeout-ms"),
+            NOW,
+        ],
+    },
+    Info {
+        name: "RL.RELEASE",
+        summary: "Frees a lease taken with RL.ACQUIRE; answers 0 first for a lease that has ended or never existed",
+        complexity: "O(N/128 + log N) where N is the number of leases the key holds",
+        arity: -3,
+        read_only: false,
+        args: &[KEY, arg("lease-id", ArgKind::String), NOW],
+    },
+    Info {
+        name: "RL.EXTEND",
+        summary: "Makes a lease taken with RL.ACQUIRE end lease_ms from now; answers 0 first for a lease that has ended",
+        complexity: "O(N/128 + log N) where N is the number of leases the key holds",
+        arity: -4,
+        read_only: false,
+        args: &[
+            KEY,
+            arg("lease-id", ArgKind::String),
+            arg("lease-ms", ArgKind::Integer),
+            NOW,
+        ],
+    },
+    Info {
         name: "RL.APPLY",
         summary: "Records the effect of a decision taken elsewhere (what replicas and the AOF receive): the deciding command's words after its key, with COST and NOW, as one argument",
         complexity: "As the command it applies",
@@ -182,6 +224,19 @@ command!(
     commands::refund
 );
 command!(rl_restore, "RL.RESTORE", None, commands::restore);
+command!(
+    rl_acquire,
+    "RL.ACQUIRE",
+    Some(&stats::ACQUIRE),
+    lease::acquire
+);
+command!(
+    rl_release,
+    "RL.RELEASE",
+    Some(&stats::RELEASE),
+    lease::release
+);
+command!(rl_extend, "RL.EXTEND", Some(&stats::EXTEND), lease::extend);
 command!(rl_apply, "RL.APPLY", None, commands::apply);
 
 /// A command's name, entry point, flags and standard ACL categories.
@@ -201,7 +256,7 @@ type Registration = (
 const WRITE: &CStr = c"write deny-oom";
 const WRITE_FAST: &CStr = c"write deny-oom fast";
 
-static REGISTRY: [Registration; 9] = [
+static REGISTRY: [Registration; 12] = [
     // Binary searches over the log and an O(1) move of its head past the records that left
     // (merged per millisecond): O(log N), like ZADD. The only linear steps are amortised:
     // giving memory back once a burst has left, a bounded amount per call.
@@ -221,6 +276,16 @@ static REGISTRY: [Registration; 9] = [
     (c"RL.RESTORE", Some(rl_restore), WRITE, "write slow"),
     // Applies one effect: as the command it names (RL.SLIDE at most O(log N)).
     (c"RL.APPLY", Some(rl_apply), WRITE, "write slow"),
+    // Sums over the end order's chunks (N/128 of them) besides O(log N) steps: bounded,
+    // not O(log N). RL.ACQUIRE may block (BLOCK), as BLPOP does.
+    (
+        c"RL.ACQUIRE",
+        Some(rl_acquire),
+        WRITE,
+        "write slow blocking",
+    ),
+    (c"RL.RELEASE", Some(rl_release), c"write", "write slow"),
+    (c"RL.EXTEND", Some(rl_extend), c"write", "write slow"),
 ];
 
 /// The module's own ACL category, `@ratelimit`, holding every RL.* command.

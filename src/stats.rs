@@ -41,8 +41,13 @@ pub static FIXED: Counters = Counters::new("fixed");
 pub static SUBWIN: Counters = Counters::new("subwin");
 pub static PEEK: Counters = Counters::new("peek");
 pub static REFUND: Counters = Counters::new("refund");
+pub static ACQUIRE: Counters = Counters::new("acquire");
+pub static RELEASE: Counters = Counters::new("release");
+pub static EXTEND: Counters = Counters::new("extend");
 
-const ALL: [&Counters; 7] = [&SLIDE, &TOKEN, &LEAKY, &FIXED, &SUBWIN, &PEEK, &REFUND];
+const ALL: [&Counters; 10] = [
+    &SLIDE, &TOKEN, &LEAKY, &FIXED, &SUBWIN, &PEEK, &REFUND, &ACQUIRE, &RELEASE, &EXTEND,
+];
 
 /// Writes the `ratelimit_stats` section: one line per command, like `INFO commandstats`.
 pub fn info(ctx: &InfoContext, _for_crash_report: bool) {

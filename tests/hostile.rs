@@ -63,7 +63,7 @@ fn nasty_values() -> Vec<Vec<u8>> {
 }
 
 /// One valid call per command; each position from the limit on is replaced in turn.
-const TEMPLATES: [&[&str]; 13] = [
+const TEMPLATES: [&[&str]; 17] = [
     &["RL.SLIDE", "h:slide", "10", "1000", "COST", "1", "NOW", "T"],
     &["RL.SLIDE", "h:slide2", "10", "1000", "100", "60000"],
     &[
@@ -97,6 +97,21 @@ const TEMPLATES: [&[&str]; 13] = [
         "h:apply",
         "RL.SLIDE 10 1000 COST 1 NOW 1700000000000",
     ],
+    &[
+        "RL.ACQUIRE",
+        "h:lease",
+        "5",
+        "30000",
+        "ID",
+        "x",
+        "COST",
+        "1",
+        "NOW",
+        "T",
+    ],
+    &["RL.RELEASE", "h:lease", "x", "NOW", "T"],
+    &["RL.EXTEND", "h:lease", "x", "1000", "NOW", "T"],
+    &["RL.APPLY", "h:apply2", "RL.ACQUIRE 5 1000 ID 78 NOW T"],
 ];
 
 /// A reply a client may see: an error, nil, OK, or the five fields in their ranges.
@@ -117,6 +132,15 @@ fn check_reply(words: &[Vec<u8>], reply: &redis::RedisResult<Value>) {
         Ok(Value::Nil) | Ok(Value::Okay) => {}
         Ok(Value::SimpleString(s)) if s == "OK" => {}
         Ok(Value::Array(fields)) => {
+            // RL.ACQUIRE adds the lease id: a string, or nil when none is held.
+            let fields = match fields.split_last() {
+                Some((Value::BulkString(id), rest)) if fields.len() == 6 => {
+                    assert!(!id.is_empty() && id.len() <= 512, "{}", shown());
+                    rest
+                }
+                Some((Value::Nil, rest)) if fields.len() == 6 => rest,
+                _ => &fields[..],
+            };
             let ints: Vec<i64> = fields
                 .iter()
                 .map(|f| match f {
@@ -128,7 +152,13 @@ fn check_reply(words: &[Vec<u8>], reply: &redis::RedisResult<Value>) {
                 panic!("{}: {} fields", shown(), ints.len());
             };
             assert!(allowed == 0 || allowed == 1, "{}: {ints:?}", shown());
-            assert!(limit >= 1 && remaining >= 0, "{}: {ints:?}", shown());
+            // RL.RELEASE and RL.EXTEND of a missing key know no limit: all zeros.
+            let nothing = ints == [0, 0, 0, 0, 0];
+            assert!(
+                (limit >= 1 || nothing) && remaining >= 0,
+                "{}: {ints:?}",
+                shown()
+            );
             assert!(retry >= -1 && reset >= 0, "{}: {ints:?}", shown());
             assert!(allowed == 0 || retry >= 0, "{}: {ints:?}", shown());
         }
@@ -241,6 +271,13 @@ fn corpus(t: u64) -> Vec<Vec<Vec<u8>>> {
         "RL.REFUND",
         "RL.RESTORE h:x",
         "RL.RESTORE h:x a b",
+        "RL.ACQUIRE h:x 1",
+        "RL.RELEASE h:x",
+        "RL.EXTEND h:x a",
+        "RL.ACQUIRE h:lease2 1000000000 2678400000 COST 1000000000 NOW 253402300799999",
+        "RL.ACQUIRE h:lease2 1000000000 2678400000 COST 1000000001 NOW T",
+        "RL.EXTEND h:lease2 x 2678400000 NOW 253402300799999",
+        "RL.REFUND h:lease2",
     ] {
         calls.push(words(line));
     }

@@ -13,8 +13,13 @@
 //! ```
 
 use std::borrow::Cow;
+use std::collections::{HashMap, VecDeque};
+use std::ffi::c_void;
+use std::os::raw::c_int;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{LazyLock, Mutex};
 
-use redis_module::Context;
+use redis_module::{raw, Context, ContextFlags};
 
 use crate::algo::lease::{self, Leases, Params, MAX_LEASES};
 use crate::algo::{Decision, Millis, Wait, MAX_TIMESTAMP};
@@ -22,6 +27,7 @@ use crate::api::{self, Arg, Reply};
 use crate::args::{self, AsBytes};
 use crate::commands::{self, Clock, Mode};
 use crate::error::Error;
+use crate::stats;
 use crate::store::Key;
 use crate::value::{Kind, Limiter};
 
@@ -284,12 +290,44 @@ pub fn acquire_as<A: AsBytes>(
     mode: Mode,
 ) -> Result<Reply, Error> {
     let req = parse_acquire(args, mode == Mode::Apply)?;
-    if req.block.is_some() {
-        return Err(Error::UnknownOption("BLOCK".into()));
-    }
     let clock = commands::clock(ctx, req.now, mode)?;
-    let answer = acquire_on(ctx, name, &req, clock, mode)?;
-    Ok(Reply::Lease(answer.decision, answer.id))
+    let blocking = match req.block {
+        Some(timeout) if mode == Mode::Decide && req.cost > 0 && can_block(ctx) => Some(timeout),
+        _ => None,
+    };
+    let Some(timeout) = blocking else {
+        let answer = acquire_on(ctx, name, &req, clock, mode)?;
+        kick(ctx, name);
+        return Ok(Reply::Lease(answer.decision, answer.id));
+    };
+    // First come, first served: behind clients already waiting on the key, unless the call
+    // renews a lease it holds.
+    let db = api::selected_db(ctx);
+    if !has_waiters(db, name.as_bytes()) || holds(ctx, name, &req, clock.caller)? {
+        let answer = acquire_on(ctx, name, &req, clock, mode)?;
+        let never = answer.decision.retry_after == Wait::Never;
+        if answer.id.is_some() || never {
+            kick(ctx, name);
+            return Ok(Reply::Lease(answer.decision, answer.id));
+        }
+    }
+    wait(ctx, db, name, &req, timeout)
+}
+
+/// Whether the key holds the lease the call names.
+fn holds(ctx: &Context, name: Arg, req: &Acquire, now: Millis) -> Result<bool, Error> {
+    let Some(id) = req.id.as_deref() else {
+        return Ok(false);
+    };
+    let mut key = Key::open(ctx, name, false);
+    let held = leases_in(&mut key)?;
+    Ok(held
+        .as_deref()
+        .and_then(|l| match l {
+            Limiter::Lease(l) => Some(l.holds(now, id)),
+            _ => None,
+        })
+        .unwrap_or(false))
 }
 
 /// The answer to a release or an extension of a lease that is not held (or a missing key).
@@ -365,7 +403,9 @@ pub fn release_as<A: AsBytes>(
     args: &[A],
     mode: Mode,
 ) -> Result<Reply, Error> {
-    change(ctx, name, args, mode, false)
+    let reply = change(ctx, name, args, mode, false)?;
+    kick(ctx, name);
+    Ok(reply)
 }
 
 pub fn extend(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
@@ -378,7 +418,451 @@ pub fn extend_as<A: AsBytes>(
     args: &[A],
     mode: Mode,
 ) -> Result<Reply, Error> {
-    change(ctx, name, args, mode, true)
+    let reply = change(ctx, name, args, mode, true)?;
+    kick(ctx, name);
+    Ok(reply)
+}
+
+// ---------------------------------------------------------------------------------------
+// BLOCK: clients waiting for units.
+//
+// Each key with waiters has a queue, served first come first served: whenever units may
+// have been freed (an RL.RELEASE, an RL.EXTEND or a renewal on the key, a waiter leaving,
+// or the moment the head's units free up as the leases end, which a timer per key waits
+// for), the head is tried as a fresh acquisition at the server's time and granted while it
+// fits. A grant is an ordinary acquisition: it is stored, propagated as its effect and
+// answered at once. Redis is given no timeout: each waiter's deadline is a module timer, so
+// that exactly one path answers a client (a grant, its deadline, or nothing when it has
+// disconnected), and `CLIENT UNBLOCK` cannot interrupt it.
+//
+// Everything here runs on Redis's main thread; the lock is never held across a call into
+// Redis.
+
+/// Grants made in one pass at most; more continue on the next event-loop turn.
+const SERVE_MAX: usize = 64;
+
+struct Waiter {
+    serial: u64,
+    bc: api::BlockedClient,
+    params: Params,
+    cost: u64,
+    id: Option<Vec<u8>>,
+    deadline: Option<api::TimerId>,
+}
+
+#[derive(Default)]
+struct Queue {
+    waiters: VecDeque<Waiter>,
+    /// The timer that serves the queue next, and when it fires.
+    wake: Option<(api::TimerId, Millis)>,
+}
+
+type QueueKey = (i32, Vec<u8>);
+
+#[derive(Default)]
+struct Waiting {
+    queues: HashMap<QueueKey, Queue>,
+    /// Each waiter's key, by serial (deadlines) and by blocked client (disconnections).
+    by_serial: HashMap<u64, QueueKey>,
+    by_client: HashMap<usize, u64>,
+    next: u64,
+}
+
+// SAFETY: the blocked-client pointers are only used on Redis's main thread.
+unsafe impl Send for Waiting {}
+
+static WAITING: LazyLock<Mutex<Waiting>> = LazyLock::new(Mutex::default);
+
+fn waiting() -> std::sync::MutexGuard<'static, Waiting> {
+    WAITING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn has_waiters(db: i32, key: &[u8]) -> bool {
+    let w = waiting();
+    !w.queues.is_empty() && w.queues.contains_key(&(db, key.to_vec()))
+}
+
+impl Waiting {
+    /// Takes waiter `serial` out of every list.
+    fn remove(&mut self, serial: u64) -> Option<(QueueKey, Waiter)> {
+        let key = self.by_serial.remove(&serial)?;
+        let queue = self.queues.get_mut(&key)?;
+        let at = queue.waiters.iter().position(|w| w.serial == serial)?;
+        let waiter = queue.waiters.remove(at)?;
+        self.by_client.remove(&(waiter.bc as usize));
+        Some((key, waiter))
+    }
+}
+
+/// What a blocked client is answered with.
+enum Outcome {
+    Answer(Answer),
+    Error(String),
+}
+
+/// Whether the call may block: not in MULTI, a script, or a client that cannot (it is then
+/// answered as without BLOCK, as BLPOP is).
+fn can_block(ctx: &Context) -> bool {
+    !ctx.get_flags().intersects(
+        ContextFlags::MULTI
+            | ContextFlags::LUA
+            | ContextFlags::DENY_BLOCKING
+            | ContextFlags::REPLICATED
+            | ContextFlags::LOADING,
+    )
+}
+
+/// Blocks the caller behind the key's waiters.
+fn wait(ctx: &Context, db: i32, name: Arg, req: &Acquire, timeout: u64) -> Result<Reply, Error> {
+    let bc = api::block_client(ctx, Some(on_reply), Some(on_free), Some(on_disconnect))
+        .ok_or(Error::MissingApi("BlockClient"))?;
+    let key: QueueKey = (db, name.as_bytes().to_vec());
+    let serial = {
+        let mut w = waiting();
+        w.next += 1;
+        w.next
+    };
+    let deadline = (timeout > 0)
+        .then(|| api::create_timer(ctx, timeout, Some(on_deadline), serial as *mut c_void))
+        .flatten();
+    {
+        let mut w = waiting();
+        w.by_serial.insert(serial, key.clone());
+        w.by_client.insert(bc as usize, serial);
+        w.queues
+            .entry(key.clone())
+            .or_default()
+            .waiters
+            .push_back(Waiter {
+                serial,
+                bc,
+                params: req.params,
+                cost: req.cost,
+                id: req.id.as_deref().map(<[u8]>::to_vec),
+                deadline,
+            });
+    }
+    serve(ctx, &key);
+    Ok(Reply::Blocked)
+}
+
+/// Serves the waiters of `name` (in the context's database), if it has any.
+fn kick(ctx: &Context, name: Arg) {
+    let key = (api::selected_db(ctx), name.as_bytes().to_vec());
+    if has_waiters(key.0, &key.1) {
+        serve(ctx, &key);
+    }
+}
+
+/// Grants the key's waiters in order while their units are free, then sets the key's timer
+/// for when the head's units will be.
+fn serve(ctx: &Context, key: &QueueKey) {
+    let Some(name) = api::OwnedString::new(ctx, &key.1) else {
+        return;
+    };
+    let previous_db = api::selected_db(ctx);
+    if previous_db != key.0 {
+        api::select_db(ctx, key.0);
+    }
+    let mut wait = None;
+    let mut served = 0;
+    loop {
+        let head = {
+            let w = waiting();
+            w.queues.get(key).and_then(|q| q.waiters.front()).map(|h| {
+                let req = Acquire {
+                    params: h.params,
+                    id: h.id.clone().map(Cow::Owned),
+                    cost: h.cost,
+                    block: None,
+                    now: None,
+                };
+                (h.serial, req)
+            })
+        };
+        let Some((serial, req)) = head else {
+            break;
+        };
+        if ctx.get_flags().contains(ContextFlags::SLAVE) {
+            // A replica grants nothing (Redis disconnects blocked clients when it demotes
+            // a primary).
+            break;
+        }
+        if served == SERVE_MAX {
+            // The rest on the next turn of the event loop.
+            wait = Some(0);
+            break;
+        }
+        let now = u64::try_from(crate::store::now_ms()).unwrap_or(0);
+        let clock = Clock {
+            caller: now,
+            lag: 0,
+        };
+        let outcome = match acquire_on(ctx, name.arg(), &req, clock, Mode::Decide) {
+            Ok(answer) if answer.id.is_none() => {
+                if let Wait::Ms(ms) = answer.decision.retry_after {
+                    wait = Some(ms.max(1));
+                    break;
+                }
+                // Never (cannot happen: the cost was within the limit when it blocked).
+                Outcome::Answer(answer)
+            }
+            Ok(answer) => Outcome::Answer(answer),
+            Err(e) => Outcome::Error(e.to_string()),
+        };
+        let taken = waiting().remove(serial);
+        if let Some((_, waiter)) = taken {
+            answer_waiter(ctx, waiter, outcome);
+        }
+        served += 1;
+    }
+    set_wake(ctx, key, wait);
+    if previous_db != key.0 {
+        api::select_db(ctx, previous_db);
+    }
+}
+
+/// Answers a waiter taken out of the lists.
+fn answer_waiter(ctx: &Context, waiter: Waiter, outcome: Outcome) {
+    if let Some(t) = waiter.deadline {
+        api::stop_timer(ctx, t);
+    }
+    api::unblock(waiter.bc, Box::into_raw(Box::new(outcome)).cast());
+}
+
+/// Makes the key's timer fire in `ms` (none: the key has no waiters left), dropping the
+/// queue of a key nobody waits on.
+fn set_wake(ctx: &Context, key: &QueueKey, ms: Option<u64>) {
+    let now = u64::try_from(crate::store::now_ms()).unwrap_or(0);
+    let (stop, start) = {
+        let mut w = waiting();
+        let Some(queue) = w.queues.get_mut(key) else {
+            return;
+        };
+        match ms {
+            _ if queue.waiters.is_empty() => {
+                let stop = queue.wake.map(|(t, _)| t);
+                w.queues.remove(key);
+                (stop, None)
+            }
+            Some(ms) => match queue.wake {
+                Some((_, at)) if at <= now + ms => (None, None),
+                old => (old.map(|(t, _)| t), Some(ms)),
+            },
+            None => (None, None),
+        }
+    };
+    if let Some(t) = stop {
+        let data = api::stop_timer(ctx, t);
+        if !data.is_null() {
+            // SAFETY: the data of a wake timer is the QueueKey box made below.
+            drop(unsafe { Box::from_raw(data.cast::<QueueKey>()) });
+        }
+    }
+    if let Some(ms) = start {
+        let data = Box::into_raw(Box::new(key.clone())).cast::<c_void>();
+        match api::create_timer(ctx, ms, Some(on_wake), data) {
+            Some(t) => {
+                if let Some(q) = waiting().queues.get_mut(key) {
+                    q.wake = Some((t, now + ms));
+                }
+            }
+            // SAFETY: no timer took the box.
+            None => drop(unsafe { Box::from_raw(data.cast::<QueueKey>()) }),
+        }
+    }
+}
+
+/// Runs `f` with the callback's context, a panic logged instead of crashing the server.
+fn guarded(ctx: *mut raw::RedisModuleCtx, what: &str, f: impl FnOnce(&Context)) {
+    let context = Context::new(ctx);
+    if catch_unwind(AssertUnwindSafe(|| f(&context))).is_err() {
+        context.log_warning(&format!("ratelimit: internal error in {what}"));
+    }
+}
+
+/// A key's timer: its head waiter's units should be free now.
+unsafe extern "C" fn on_wake(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    // SAFETY: the data of a wake timer is a QueueKey box, ours once it fires.
+    let key = unsafe { Box::from_raw(data.cast::<QueueKey>()) };
+    guarded(ctx, "a BLOCK timer", |ctx| {
+        // This timer is firing: it must not be stopped (freed) again.
+        if let Some(q) = waiting().queues.get_mut(&*key) {
+            q.wake = None;
+        }
+        serve(ctx, &key);
+    });
+}
+
+/// A waiter's deadline: served if its units are free by now, refused otherwise.
+unsafe extern "C" fn on_deadline(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    let serial = data as u64;
+    guarded(ctx, "a BLOCK deadline", |ctx| {
+        let key = {
+            let mut w = waiting();
+            let Some(key) = w.by_serial.get(&serial).cloned() else {
+                return;
+            };
+            // This timer is firing: stopping it now would free it twice.
+            let waiter = w.queues.get_mut(&key).and_then(|q| {
+                q.waiters.iter_mut().find(|x| x.serial == serial)
+            });
+            if let Some(waiter) = waiter {
+                waiter.deadline = None;
+            }
+            key
+        };
+        serve(ctx, &key);
+        let Some((key, waiter)) = waiting().remove(serial) else {
+            return; // granted just now
+        };
+        let previous_db = api::selected_db(ctx);
+        api::select_db(ctx, key.0);
+        let outcome = match api::OwnedString::new(ctx, &key.1) {
+            Some(name) => refusal(ctx, name.arg(), &waiter),
+            None => Outcome::Error(Error::Internal("RL.ACQUIRE").to_string()),
+        };
+        api::select_db(ctx, previous_db);
+        answer_waiter(ctx, waiter, outcome);
+        // The head may have been this waiter: the next one may fit.
+        serve(ctx, &key);
+    });
+}
+
+/// The refusal a waiter gets at its deadline: the call's answer at this time.
+fn refusal(ctx: &Context, name: Arg, waiter: &Waiter) -> Outcome {
+    let now = u64::try_from(crate::store::now_ms()).unwrap_or(0);
+    let mut key = Key::open(ctx, name, false);
+    let decision = match leases_in(&mut key) {
+        Ok(Some(held)) => match &*held {
+            Limiter::Lease(l) => {
+                let d = l.evaluate(now, &waiter.params, waiter.cost, waiter.id.as_deref());
+                d.seen_from_behind(l.latest().saturating_sub(now))
+                    .resetting_at(l.empty_at(), now)
+            }
+            _ => return Outcome::Error(Error::Internal("RL.ACQUIRE").to_string()),
+        },
+        Ok(None) => Leases::new(&waiter.params).evaluate(now, &waiter.params, waiter.cost, None),
+        Err(e) => return Outcome::Error(e.to_string()),
+    };
+    Outcome::Answer(Answer {
+        decision: Decision {
+            allowed: false,
+            ..decision
+        },
+        id: None,
+    })
+}
+
+/// A waiting client went away: it leaves the queue (taking no slot) and is unblocked so
+/// Redis can free it; the waiters behind it are served on the next turn.
+unsafe extern "C" fn on_disconnect(ctx: *mut raw::RedisModuleCtx, bc: api::BlockedClient) {
+    guarded(ctx, "a BLOCK disconnection", |ctx| {
+        let taken = {
+            let mut w = waiting();
+            let serial = w.by_client.get(&(bc as usize)).copied();
+            serial.and_then(|s| w.remove(s))
+        };
+        // Not found: it was answered already and is only waiting for its reply to be
+        // written; unblocking it again would free it twice.
+        if let Some((key, waiter)) = taken {
+            if let Some(t) = waiter.deadline {
+                api::stop_timer(ctx, t);
+            }
+            api::unblock(bc, std::ptr::null_mut());
+            set_wake(ctx, &key, Some(0));
+        }
+    });
+}
+
+/// Answers a blocked client with what it was unblocked with.
+unsafe extern "C" fn on_reply(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    let data = api::blocked_privdata(ctx).cast::<Outcome>();
+    // SAFETY: what `answer_waiter` handed over; Redis frees it with `on_free` afterwards.
+    let Some(outcome) = (unsafe { data.as_ref() }) else {
+        return raw::REDISMODULE_OK as c_int;
+    };
+    match outcome {
+        Outcome::Answer(a) => {
+            stats::ACQUIRE.count(Some(a.decision.allowed));
+            api::reply_lease(ctx, &a.decision, a.id.as_deref());
+        }
+        Outcome::Error(e) => {
+            stats::ACQUIRE.count(None);
+            api::reply_error(ctx, e);
+        }
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+/// Watches for keys with waiters that are deleted, expire, are evicted or renamed, and for
+/// flushed databases: their waiters are served at once (on the next turn of the event loop),
+/// as everything such a key held is free.
+pub fn init(ctx: &Context) {
+    api::subscribe_keyspace(
+        ctx,
+        raw::REDISMODULE_NOTIFY_GENERIC
+            | raw::REDISMODULE_NOTIFY_EXPIRED
+            | raw::REDISMODULE_NOTIFY_EVICTED,
+        Some(on_keyspace),
+    );
+    api::subscribe_flush(ctx, Some(on_flush));
+}
+
+unsafe extern "C" fn on_keyspace(
+    ctx: *mut raw::RedisModuleCtx,
+    _type: c_int,
+    _event: *const std::os::raw::c_char,
+    key: *mut raw::RedisModuleString,
+) -> c_int {
+    guarded(ctx, "a keyspace event", |ctx| {
+        if waiting().queues.is_empty() {
+            return;
+        }
+        let key: QueueKey = (
+            api::selected_db(ctx),
+            api::Arg::from_raw(key).as_bytes().to_vec(),
+        );
+        if waiting().queues.contains_key(&key) {
+            set_wake(ctx, &key, Some(0));
+        }
+    });
+    raw::REDISMODULE_OK as c_int
+}
+
+unsafe extern "C" fn on_flush(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
+        return;
+    }
+    // SAFETY: the data of a FLUSHDB event is a RedisModuleFlushInfo.
+    let db = unsafe { data.cast::<raw::RedisModuleFlushInfo>().as_ref() }.map_or(-1, |i| i.dbnum);
+    guarded(ctx, "a flush", |ctx| {
+        let keys: Vec<QueueKey> = waiting()
+            .queues
+            .keys()
+            .filter(|k| db == -1 || k.0 == db)
+            .cloned()
+            .collect();
+        for key in keys {
+            set_wake(ctx, &key, Some(0));
+        }
+    });
+}
+
+unsafe extern "C" fn on_free(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    if !data.is_null() {
+        // SAFETY: what `answer_waiter` handed over, freed once by Redis.
+        drop(unsafe { Box::from_raw(data.cast::<Outcome>()) });
+    }
 }
 
 #[cfg(test)]

@@ -330,6 +330,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     for info in &COMMANDS {
         cmdinfo::set(ctx, info);
     }
+    lease::init(ctx);
     Status::Ok
 }
 

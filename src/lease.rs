@@ -704,9 +704,10 @@ unsafe extern "C" fn on_deadline(ctx: *mut raw::RedisModuleCtx, data: *mut c_voi
                 return;
             };
             // This timer is firing: stopping it now would free it twice.
-            let waiter = w.queues.get_mut(&key).and_then(|q| {
-                q.waiters.iter_mut().find(|x| x.serial == serial)
-            });
+            let waiter = w
+                .queues
+                .get_mut(&key)
+                .and_then(|q| q.waiters.iter_mut().find(|x| x.serial == serial));
             if let Some(waiter) = waiter {
                 waiter.deadline = None;
             }

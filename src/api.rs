@@ -5,7 +5,7 @@
 //! freeing every argument and building a `Vec` of reply values were measurable.
 
 use std::ffi::CStr;
-use std::os::raw::{c_char, c_int, c_longlong};
+use std::os::raw::{c_char, c_int, c_longlong, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use redis_module::{raw, Context};
@@ -21,6 +21,11 @@ use crate::stats::Counters;
 pub struct Arg(*mut raw::RedisModuleString);
 
 impl Arg {
+    /// A string Redis lends for the duration of a call (a keyspace event's key, say).
+    pub fn from_raw(s: *mut raw::RedisModuleString) -> Arg {
+        Arg(s)
+    }
+
     pub fn raw(self) -> *mut raw::RedisModuleString {
         self.0
     }
@@ -51,6 +56,11 @@ pub enum Reply {
     All(Decision, Vec<Decision>),
     Nil,
     Ok,
+    /// An `RL.ACQUIRE` answer: the decision and the lease held, if any.
+    Lease(Decision, Option<Vec<u8>>),
+    /// The client is blocked (`RL.ACQUIRE ... BLOCK`): it is answered later, and counted
+    /// then.
+    Blocked,
 }
 
 pub type Handler = fn(&Context, &[Arg]) -> Result<Reply, Error>;
@@ -78,9 +88,9 @@ pub unsafe fn dispatch(
         context.log_warning(&format!("ratelimit: internal error in {name}"));
         Err(Error::Internal(name))
     });
-    if let Some(c) = counters {
+    if let (Some(c), false) = (counters, matches!(outcome, Ok(Reply::Blocked))) {
         c.count(match &outcome {
-            Ok(Reply::Decision(d) | Reply::All(d, _)) => Some(d.allowed),
+            Ok(Reply::Decision(d) | Reply::All(d, _) | Reply::Lease(d, _)) => Some(d.allowed),
             Ok(_) => Some(true),
             Err(_) => None,
         });
@@ -118,6 +128,8 @@ pub unsafe fn dispatch(
                 }
             }
         }
+        Ok(Reply::Lease(d, id)) => reply_lease(ctx, &d, id.as_deref()),
+        Ok(Reply::Blocked) => {}
         Ok(Reply::Nil) => {
             raw::reply_with_null(ctx);
         }
@@ -134,11 +146,39 @@ pub unsafe fn dispatch(
     raw::REDISMODULE_OK as c_int
 }
 
+/// Replies `[allowed, limit, remaining, retry_after_ms, reset_after_ms, lease-id]`, the id
+/// nil when there is none.
+pub fn reply_lease(ctx: *mut raw::RedisModuleCtx, d: &Decision, id: Option<&[u8]>) {
+    // SAFETY: ctx is a context that may reply (a command's, or a blocked client's reply
+    // callback's); the id's bytes are copied by Redis.
+    unsafe {
+        let (Some(array), Some(long_long), Some(bulk)) = (
+            raw::RedisModule_ReplyWithArray,
+            raw::RedisModule_ReplyWithLongLong,
+            raw::RedisModule_ReplyWithStringBuffer,
+        ) else {
+            return;
+        };
+        array(ctx, 6);
+        for v in d.as_reply() {
+            long_long(ctx, v);
+        }
+        match id {
+            Some(id) => {
+                bulk(ctx, id.as_ptr().cast::<c_char>(), id.len());
+            }
+            None => {
+                raw::reply_with_null(ctx);
+            }
+        }
+    }
+}
+
 /// Replies with `msg` as an error, bytes kept as they are (an error may quote a client's
 /// UTF-8), except the ones RESP cannot carry in an error line. Not `raw::reply_with_error`:
 /// it turns each character into one byte, and so aborts the server on a client's
 /// non-ASCII argument that maps to NUL.
-fn reply_error(ctx: *mut raw::RedisModuleCtx, msg: &str) {
+pub fn reply_error(ctx: *mut raw::RedisModuleCtx, msg: &str) {
     let bytes: Vec<u8> = msg
         .bytes()
         .map(|b| match b {
@@ -340,5 +380,150 @@ pub fn create_command_at(
             name.to_string_lossy().to_lowercase()
         ));
         Some(Acl::None)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Blocking clients and timers, for `RL.ACQUIRE ... BLOCK` (see `crate::lease`).
+
+/// A string the module made (a key name kept by a timer), freed on drop.
+pub struct OwnedString {
+    ctx: *mut raw::RedisModuleCtx,
+    s: *mut raw::RedisModuleString,
+}
+
+impl OwnedString {
+    pub fn new(ctx: &Context, bytes: &[u8]) -> Option<OwnedString> {
+        // SAFETY: ctx is live; Redis copies the bytes.
+        let s = unsafe {
+            raw::RedisModule_CreateString?(ctx.ctx, bytes.as_ptr().cast::<c_char>(), bytes.len())
+        };
+        (!s.is_null()).then_some(OwnedString { ctx: ctx.ctx, s })
+    }
+
+    pub fn arg(&self) -> Arg {
+        Arg(self.s)
+    }
+}
+
+impl Drop for OwnedString {
+    fn drop(&mut self) {
+        // SAFETY: the string was made by CreateString with this context (which the module
+        // does not auto-free) and is freed once.
+        unsafe {
+            if let Some(free) = raw::RedisModule_FreeString {
+                free(self.ctx, self.s);
+            }
+        }
+    }
+}
+
+/// The database the context works on.
+pub fn selected_db(ctx: &Context) -> i32 {
+    // SAFETY: ctx is live.
+    unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(ctx.ctx)) }
+}
+
+/// Makes the context work on database `db` (a timer's context starts on database 0).
+pub fn select_db(ctx: &Context, db: i32) {
+    // SAFETY: ctx is live.
+    unsafe {
+        if let Some(f) = raw::RedisModule_SelectDb {
+            f(ctx.ctx, db);
+        }
+    }
+}
+
+pub type BlockedClient = *mut raw::RedisModuleBlockedClient;
+
+/// Blocks the calling client with no Redis timeout (the module keeps the deadline), to be
+/// answered by `reply` with what [`unblock`] hands over, freed by `free`; `disconnect` runs
+/// if the client goes first. `None` where the server cannot block it.
+pub fn block_client(
+    ctx: &Context,
+    reply: raw::RedisModuleCmdFunc,
+    free: Option<unsafe extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void)>,
+    disconnect: raw::RedisModuleDisconnectFunc,
+) -> Option<BlockedClient> {
+    // SAFETY: called from a command with its context; the callbacks live for ever.
+    unsafe {
+        let bc = raw::RedisModule_BlockClient?(ctx.ctx, reply, None, free, 0);
+        if bc.is_null() {
+            return None;
+        }
+        if let Some(set) = raw::RedisModule_SetDisconnectCallback {
+            set(bc, disconnect);
+        }
+        Some(bc)
+    }
+}
+
+/// Unblocks `bc`, handing `privdata` to its reply callback (or to its free callback when
+/// the client is gone).
+pub fn unblock(bc: BlockedClient, privdata: *mut c_void) {
+    // SAFETY: bc is a blocked client not unblocked before (the caller removed it from
+    // every list that could unblock it again).
+    unsafe {
+        if let Some(f) = raw::RedisModule_UnblockClient {
+            f(bc, privdata);
+        }
+    }
+}
+
+/// What `unblock` handed to the reply callback running with `ctx`.
+pub fn blocked_privdata(ctx: *mut raw::RedisModuleCtx) -> *mut c_void {
+    // SAFETY: ctx is a reply callback's context.
+    unsafe { raw::RedisModule_GetBlockedClientPrivateData.map_or(std::ptr::null_mut(), |f| f(ctx)) }
+}
+
+pub type TimerId = raw::RedisModuleTimerID;
+
+/// Runs `callback(data)` on the main thread in `ms` milliseconds.
+pub fn create_timer(
+    ctx: &Context,
+    ms: u64,
+    callback: raw::RedisModuleTimerProc,
+    data: *mut c_void,
+) -> Option<TimerId> {
+    let ms = raw::mstime_t::try_from(ms).unwrap_or(raw::mstime_t::MAX);
+    // SAFETY: ctx is live; the callback lives for ever and owns `data` when it runs.
+    unsafe { raw::RedisModule_CreateTimer.map(|f| f(ctx.ctx, ms, callback, data)) }
+}
+
+/// Stops a timer that has not fired; returns its data (null if it had fired already).
+pub fn stop_timer(ctx: &Context, id: TimerId) -> *mut c_void {
+    let mut data = std::ptr::null_mut();
+    // SAFETY: ctx is live; StopTimer only writes `data` when it finds the timer.
+    unsafe {
+        if let Some(f) = raw::RedisModule_StopTimer {
+            if f(ctx.ctx, id, &mut data) != raw::REDISMODULE_OK as c_int {
+                return std::ptr::null_mut();
+            }
+        }
+    }
+    data
+}
+
+/// Calls `callback` on keyspace events of the classes `types` (for every key).
+pub fn subscribe_keyspace(ctx: &Context, types: c_int, callback: raw::RedisModuleNotificationFunc) {
+    // SAFETY: called from OnLoad with the module's context; the callback lives for ever.
+    unsafe {
+        if let Some(f) = raw::RedisModule_SubscribeToKeyspaceEvents {
+            f(ctx.ctx, types, callback);
+        }
+    }
+}
+
+/// Calls `callback` when a database is flushed (FLUSHDB, FLUSHALL).
+pub fn subscribe_flush(ctx: &Context, callback: raw::RedisModuleEventCallback) {
+    let event = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_FLUSHDB,
+        dataver: 1,
+    };
+    // SAFETY: called from OnLoad with the module's context; the callback lives for ever.
+    unsafe {
+        if let Some(f) = raw::RedisModule_SubscribeToServerEvent {
+            f(ctx.ctx, event, callback);
+        }
     }
 }

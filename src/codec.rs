@@ -60,6 +60,16 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// The next `n` bytes as they are.
+    pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], Malformed> {
+        if n > self.bytes.len() {
+            return Err(Malformed("truncated"));
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(head)
+    }
+
     pub fn finish(self) -> Result<(), Malformed> {
         if self.bytes.is_empty() {
             Ok(())

@@ -34,19 +34,19 @@ pub use all::all;
 
 /// The times one call works with.
 #[derive(Clone, Copy)]
-struct Clock {
+pub(crate) struct Clock {
     /// The caller's time: its `NOW`, else the server clock, read once.
-    caller: Millis,
+    pub(crate) caller: Millis,
     /// How far the server clock is ahead of the caller's `NOW`: the key lives that much
     /// longer than its limiter's own empty time. Always 0 for a command that was decided
     /// already (from the primary or the AOF), whose expiry must not depend on this
     /// server's clock.
-    lag: Millis,
+    pub(crate) lag: Millis,
 }
 
 /// How a call is applied.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     /// A client's call: decide, record when allowed, propagate the effect.
     Decide,
     /// An effect from `RL.APPLY` (sent by a primary, or read from the AOF): record it as it
@@ -57,7 +57,7 @@ enum Mode {
 /// Reads the clock for a call with `now` as its `NOW` option, refusing a `NOW` further ahead
 /// of the server clock than `ratelimit.now-max-ahead-ms` allows (never for a command that was
 /// decided already).
-fn clock(ctx: &Context, now: Option<Millis>, mode: Mode) -> Result<Clock, Error> {
+pub(crate) fn clock(ctx: &Context, now: Option<Millis>, mode: Mode) -> Result<Clock, Error> {
     let server = u64::try_from(now_ms()).unwrap_or(0);
     // An effect from a client (not from the primary or the AOF) is bounded like any NOW.
     let caller = match (now, mode) {
@@ -86,16 +86,16 @@ fn clock(ctx: &Context, now: Option<Millis>, mode: Mode) -> Result<Clock, Error>
 }
 
 /// The command comes from our primary or from the AOF: it was decided already.
-fn applying_decided(ctx: &Context) -> bool {
+pub(crate) fn applying_decided(ctx: &Context) -> bool {
     ctx.get_flags()
         .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
 }
 
-fn key_arg(args: &[Arg]) -> Result<Arg, Error> {
+pub(crate) fn key_arg(args: &[Arg]) -> Result<Arg, Error> {
     args.get(1).copied().ok_or(Error::Arity)
 }
 
-fn other_kind(held: &Limiter, wanted: Kind) -> Error {
+pub(crate) fn other_kind(held: &Limiter, wanted: Kind) -> Error {
     Error::OtherKind {
         held: held.kind(),
         wanted: wanted.command(),
@@ -107,7 +107,7 @@ fn other_kind(held: &Limiter, wanted: Kind) -> Error {
 /// already is empty). `before` is the limiter's empty time before the change: when the new
 /// expiry differs it is set at once; when it is the same, the key's real expiry is read and
 /// set again only if something (PERSIST, EXPIRE, RESTORE) moved it. Returns the expiry set.
-fn settle(
+pub(crate) fn settle(
     key: &Key,
     event: &CStr,
     empty_at: Option<Millis>,
@@ -130,7 +130,7 @@ fn settle(
 
 /// Propagates the key's absolute expiry when it is not the limiter's own empty time (a
 /// lagging `NOW`): replicas and the AOF compute that one themselves.
-fn replicate_expiry(ctx: &Context, name: Arg, lag: Millis, expiry: Option<Millis>) {
+pub(crate) fn replicate_expiry(ctx: &Context, name: Arg, lag: Millis, expiry: Option<Millis>) {
     if let (true, Some(at)) = (lag > 0, expiry) {
         api::replicate_expire_at(ctx, name, at);
     }
@@ -421,6 +421,9 @@ fn refund_as<A: AsBytes>(ctx: &Context, name: Arg, args: &[A], mode: Mode) -> Re
     let Some(mut limiter) = key.limiter()? else {
         return Ok(Reply::Nil);
     };
+    if limiter.kind() == Kind::Lease {
+        return Err(Error::LeaseRefund);
+    }
     let behind = limiter.latest().saturating_sub(clock.caller);
     if opts.cost == 0 {
         return Ok(Reply::Decision(
@@ -455,6 +458,9 @@ fn charge_as<A: AsBytes>(ctx: &Context, name: Arg, args: &[A], mode: Mode) -> Re
     let Some(mut limiter) = key.limiter()? else {
         return Ok(Reply::Nil);
     };
+    if limiter.kind() == Kind::Lease {
+        return Err(Error::LeaseCharge);
+    }
     let behind = limiter.latest().saturating_sub(clock.caller);
     let before = limiter.empty_at();
     let decision = limiter
@@ -501,6 +507,12 @@ pub fn apply(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
         refund_as(ctx, *key, w, Mode::Apply)
     } else if is("RL.CHARGE") {
         charge_as(ctx, *key, w, Mode::Apply)
+    } else if is("RL.ACQUIRE") {
+        crate::lease::acquire_as(ctx, *key, w, Mode::Apply)
+    } else if is("RL.RELEASE") {
+        crate::lease::release_as(ctx, *key, w, Mode::Apply)
+    } else if is("RL.EXTEND") {
+        crate::lease::extend_as(ctx, *key, w, Mode::Apply)
     } else {
         Err(Error::Invalid(
             "an RL.APPLY effect starts with a limiter command, RL.REFUND or RL.CHARGE",

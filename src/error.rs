@@ -49,6 +49,12 @@ pub enum Error {
         ahead_ms: u64,
         max_ms: u64,
     },
+    /// `RL.REFUND` on a key of leases, which `RL.RELEASE` frees.
+    LeaseRefund,
+    /// `RL.CHARGE` on a key of leases, which only `RL.ACQUIRE` takes units from.
+    LeaseCharge,
+    /// A key already holds the most leases it may.
+    TooManyLeases(usize),
     /// A bug: caught instead of crashing the server.
     Internal(&'static str),
     /// The server lacks a module API function the command needs.
@@ -103,6 +109,18 @@ impl fmt::Display for Error {
                 "ERR NOW is {ahead_ms} ms ahead of the server clock; \
                  ratelimit.now-max-ahead-ms allows {max_ms}"
             ),
+            Error::LeaseRefund => write!(
+                f,
+                "WRONGTYPE key holds RL.ACQUIRE leases: free them with RL.RELEASE, not RL.REFUND"
+            ),
+            Error::LeaseCharge => write!(
+                f,
+                "WRONGTYPE key holds RL.ACQUIRE leases: RL.CHARGE records on rate limiters; \
+                 units in flight are taken with RL.ACQUIRE"
+            ),
+            Error::TooManyLeases(max) => {
+                write!(f, "ERR the key holds {max} leases, the most it may")
+            }
             Error::BadPayload(why) => write!(f, "ERR invalid limiter payload: {why}"),
             Error::Internal(what) => {
                 write!(

@@ -3,7 +3,8 @@
 //! `RL.SLIDE` (an exact sliding log over one or several windows), `RL.SUBWIN` (a rolling
 //! window from sub-interval counters), `RL.FIXED` (fixed window), `RL.TOKEN` (token bucket),
 //! `RL.LEAKY` (a leaky bucket that schedules), `RL.ALL` (one all-or-nothing decision across
-//! several keys and kinds), `RL.PEEK` and `RL.REFUND`,
+//! several keys and kinds), `RL.PEEK`, `RL.REFUND` and `RL.CHARGE`, and a concurrency
+//! limiter with leases (`RL.ACQUIRE`, `RL.RELEASE`, `RL.EXTEND`),
 //! on a custom data type that persists, replicates deterministically (each change as
 //! `RL.APPLY key effect`, see `src/effect.rs`) and expires by itself when empty. The
 //! algorithms live in [`algo`] and know nothing of Redis; [`commands`] is the thin layer
@@ -20,6 +21,7 @@ mod config;
 mod datatype;
 mod effect;
 pub mod error;
+mod lease;
 mod stats;
 mod store;
 pub mod value;
@@ -70,7 +72,7 @@ const WINDOW_MS: Arg = arg("window-ms", ArgKind::Integer);
 
 const RESOLUTION_MS: Arg = arg("resolution-ms", ArgKind::Integer);
 
-static COMMANDS: [Info; 10] = [
+static COMMANDS: [Info; 13] = [
     Info {
         name: "RL.SUBWIN",
         summary: "Rolling window approximated by window_ms/resolution_ms sub-interval counters plus the weighted trailing sub-interval: constant memory whatever the limit",
@@ -146,6 +148,46 @@ static COMMANDS: [Info; 10] = [
         arity: -4,
         read_only: false,
         args: &[KEY, UNITS, NOW],
+    },
+    Info {
+        name: "RL.ACQUIRE",
+        summary: "Concurrency limit: takes COST units (default 1) of limit under a lease that ends lease_ms after it was granted unless released or extended first; the same ID while held renews its lease; BLOCK waits for units, first come first served",
+        complexity: "O(N/128 + log N) where N is the number of leases the key holds; at most 64 ended leases are dropped per call",
+        arity: -4,
+        read_only: false,
+        args: &[
+            KEY,
+            LIMIT,
+            arg("lease-ms", ArgKind::Integer),
+            Arg {
+                kind: ArgKind::String,
+                ..option("ID", "lease-id")
+            },
+            COST,
+            option("BLOCK", "timeout-ms"),
+            NOW,
+        ],
+    },
+    Info {
+        name: "RL.RELEASE",
+        summary: "Frees a lease taken with RL.ACQUIRE; answers 0 first for a lease that has ended or never existed",
+        complexity: "O(N/128 + log N) where N is the number of leases the key holds",
+        arity: -3,
+        read_only: false,
+        args: &[KEY, arg("lease-id", ArgKind::String), NOW],
+    },
+    Info {
+        name: "RL.EXTEND",
+        summary: "Makes a lease taken with RL.ACQUIRE end lease_ms from now; answers 0 first for a lease that has ended",
+        complexity: "O(N/128 + log N) where N is the number of leases the key holds",
+        arity: -4,
+        read_only: false,
+        args: &[
+            KEY,
+            arg("lease-id", ArgKind::String),
+            arg("lease-ms", ArgKind::Integer),
+            NOW,
+        ],
     },
     Info {
         name: "RL.APPLY",
@@ -269,6 +311,19 @@ command!(
     commands::charge
 );
 command!(rl_restore, "RL.RESTORE", None, commands::restore);
+command!(
+    rl_acquire,
+    "RL.ACQUIRE",
+    Some(&stats::ACQUIRE),
+    lease::acquire
+);
+command!(
+    rl_release,
+    "RL.RELEASE",
+    Some(&stats::RELEASE),
+    lease::release
+);
+command!(rl_extend, "RL.EXTEND", Some(&stats::EXTEND), lease::extend);
 command!(rl_apply, "RL.APPLY", None, commands::apply);
 
 /// `RL.ALL`'s entry point: its keys are `numkeys key [key ...]`, which no legacy key range
@@ -313,7 +368,7 @@ type Registration = (
 const WRITE: &CStr = c"write deny-oom";
 const WRITE_FAST: &CStr = c"write deny-oom fast";
 
-static REGISTRY: [Registration; 10] = [
+static REGISTRY: [Registration; 13] = [
     // Binary searches over the log and an O(1) move of its head past the records that left
     // (merged per millisecond): O(log N), like ZADD. The only linear steps are amortised:
     // giving memory back once a burst has left, a bounded amount per call.
@@ -336,6 +391,16 @@ static REGISTRY: [Registration; 10] = [
     (c"RL.RESTORE", Some(rl_restore), WRITE, "write slow"),
     // Applies one effect: as the command it names (RL.SLIDE at most O(log N)).
     (c"RL.APPLY", Some(rl_apply), WRITE, "write slow"),
+    // Sums over the end order's chunks (N/128 of them) besides O(log N) steps: bounded,
+    // not O(log N). RL.ACQUIRE may block (BLOCK), as BLPOP does.
+    (
+        c"RL.ACQUIRE",
+        Some(rl_acquire),
+        WRITE,
+        "write slow blocking",
+    ),
+    (c"RL.RELEASE", Some(rl_release), c"write", "write slow"),
+    (c"RL.EXTEND", Some(rl_extend), c"write", "write slow"),
 ];
 
 /// `RL.ALL`: several limiters' work in one call (a `RL.SUBWIN` among them is not O(log N)),
@@ -398,6 +463,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         cmdinfo::set(ctx, info);
     }
     cmdinfo::set_with_keys(ctx, &ALL_INFO, cmdinfo::Keys::Counted);
+    lease::init(ctx);
     Status::Ok
 }
 

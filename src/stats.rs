@@ -43,9 +43,13 @@ pub static PEEK: Counters = Counters::new("peek");
 pub static REFUND: Counters = Counters::new("refund");
 pub static CHARGE: Counters = Counters::new("charge");
 pub static ALL_KEYS: Counters = Counters::new("all");
+pub static ACQUIRE: Counters = Counters::new("acquire");
+pub static RELEASE: Counters = Counters::new("release");
+pub static EXTEND: Counters = Counters::new("extend");
 
-const ALL: [&Counters; 9] = [
-    &SLIDE, &TOKEN, &LEAKY, &FIXED, &SUBWIN, &PEEK, &REFUND, &CHARGE, &ALL_KEYS,
+const ALL: [&Counters; 12] = [
+    &SLIDE, &TOKEN, &LEAKY, &FIXED, &SUBWIN, &PEEK, &REFUND, &CHARGE, &ALL_KEYS, &ACQUIRE,
+    &RELEASE, &EXTEND,
 ];
 
 /// Writes the `ratelimit_stats` section: one line per command, like `INFO commandstats`.

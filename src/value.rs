@@ -44,6 +44,7 @@ use std::ops::{Deref, DerefMut};
 use crate::algo::chunks::class_ceil;
 use crate::algo::fixed::{self, FixedWindow};
 use crate::algo::gcra::{Gcra, Params};
+use crate::algo::lease::{self, Leases};
 use crate::algo::retention::{Front, MAX_KEPT};
 use crate::algo::slide::SlidingLog;
 use crate::algo::subwin::{self, SubWindow};
@@ -62,6 +63,7 @@ pub enum Kind {
     Leaky,
     Fixed,
     Subwin,
+    Lease,
 }
 
 impl Kind {
@@ -73,6 +75,7 @@ impl Kind {
             Kind::Leaky => "RL.LEAKY",
             Kind::Fixed => "RL.FIXED",
             Kind::Subwin => "RL.SUBWIN",
+            Kind::Lease => "RL.ACQUIRE",
         }
     }
 
@@ -84,6 +87,7 @@ impl Kind {
             Kind::Leaky => c"RL.LEAKY",
             Kind::Fixed => c"RL.FIXED",
             Kind::Subwin => c"RL.SUBWIN",
+            Kind::Lease => c"RL.ACQUIRE",
         }
     }
 
@@ -95,6 +99,7 @@ impl Kind {
             Kind::Leaky => c"rl.leaky",
             Kind::Fixed => c"rl.fixed",
             Kind::Subwin => c"rl.subwin",
+            Kind::Lease => c"rl.acquire",
         }
     }
 
@@ -105,6 +110,7 @@ impl Kind {
             Kind::Leaky => 3,
             Kind::Fixed => 4,
             Kind::Subwin => 5,
+            Kind::Lease => 6,
         }
     }
 }
@@ -118,6 +124,7 @@ pub enum Limiter {
     Leaky(Box<Gcra>),
     Fixed(Box<FixedWindow>),
     Subwin(SubWindow),
+    Lease(Box<Leases>),
 }
 
 impl Limiter {
@@ -128,6 +135,7 @@ impl Limiter {
             Limiter::Leaky(_) => Kind::Leaky,
             Limiter::Fixed(_) => Kind::Fixed,
             Limiter::Subwin(_) => Kind::Subwin,
+            Limiter::Lease(_) => Kind::Lease,
         }
     }
 
@@ -166,6 +174,13 @@ impl Limiter {
         }
     }
 
+    pub fn lease_mut(&mut self) -> Option<&mut Leases> {
+        match self {
+            Limiter::Lease(l) => Some(l.as_mut()),
+            _ => None,
+        }
+    }
+
     /// The answer to a `COST 0` call under the parameters last used, changing nothing.
     pub fn peek(&self, now: Millis) -> Decision {
         match self {
@@ -173,6 +188,7 @@ impl Limiter {
             Limiter::Token(g) | Limiter::Leaky(g) => g.peek(now),
             Limiter::Fixed(w) => w.peek(now),
             Limiter::Subwin(w) => w.peek(now),
+            Limiter::Lease(l) => l.peek(now),
         }
     }
 
@@ -184,6 +200,8 @@ impl Limiter {
             Limiter::Token(g) | Limiter::Leaky(g) => g.evaluate(now, &g.params(), cost),
             Limiter::Fixed(w) => w.evaluate(now, &w.params(), cost),
             Limiter::Subwin(w) => w.evaluate(now, &w.params(), cost),
+            // Whether `cost` units are free now, and when they will be.
+            Limiter::Lease(l) => l.peek_cost(now, cost),
         }
     }
 
@@ -194,6 +212,8 @@ impl Limiter {
             Limiter::Token(g) | Limiter::Leaky(g) => g.refund(now, units),
             Limiter::Fixed(w) => w.refund(now, units),
             Limiter::Subwin(w) => w.refund(now, units),
+            // Leases are given back by RL.RELEASE (RL.REFUND refuses them before this).
+            Limiter::Lease(l) => l.peek(now),
         }
     }
 
@@ -217,6 +237,8 @@ impl Limiter {
                 let p = w.params();
                 w.charge(now, &p, units)
             }
+            // Refused before this (`Error::LeaseCharge`): leases hold units until released.
+            Limiter::Lease(_) => None,
         }
     }
 
@@ -227,6 +249,7 @@ impl Limiter {
             Limiter::Token(g) | Limiter::Leaky(g) => g.latest(),
             Limiter::Fixed(w) => w.latest(),
             Limiter::Subwin(w) => w.latest(),
+            Limiter::Lease(l) => l.latest(),
         }
     }
 
@@ -238,6 +261,7 @@ impl Limiter {
             Limiter::Token(g) | Limiter::Leaky(g) => g.empty_at(),
             Limiter::Fixed(w) => w.empty_at(),
             Limiter::Subwin(w) => w.empty_at(),
+            Limiter::Lease(l) => l.empty_at(),
         }
     }
 
@@ -250,6 +274,7 @@ impl Limiter {
             Limiter::Token(_) | Limiter::Leaky(_) => class_ceil(std::mem::size_of::<Gcra>()),
             Limiter::Fixed(_) => class_ceil(std::mem::size_of::<FixedWindow>()),
             Limiter::Subwin(w) => class_ceil(w.heap_size()),
+            Limiter::Lease(l) => class_ceil(std::mem::size_of::<Leases>()) + l.heap_size(),
         };
         VALUE_OBJECT + own
     }
@@ -260,6 +285,7 @@ impl Limiter {
     pub fn allocations(&self) -> usize {
         match self {
             Limiter::Slide(log) => 1 + log.allocations(),
+            Limiter::Lease(l) => 1 + l.allocations(),
             _ => 1,
         }
     }
@@ -320,6 +346,7 @@ impl Limiter {
                 ];
                 fields.into_iter().for_each(|v| put_varint(&mut out, v));
             }
+            Limiter::Lease(l) => encode_leases(&mut out, l),
             Limiter::Subwin(w) => {
                 let p = w.params();
                 let fields = [w.latest(), p.limit, p.window_ms, p.resolution_ms];
@@ -443,6 +470,7 @@ impl Limiter {
                     .map_err(|e| Malformed(e.0))?;
                 Limiter::Subwin(w)
             }
+            6 => Limiter::Lease(Box::new(decode_leases(&mut r)?)),
             _ => return Err(Malformed("unknown limiter kind")),
         };
         r.finish()?;
@@ -464,10 +492,15 @@ const SLIDE_BOX: usize = 2;
 const TOKEN_BOX: usize = 4;
 const LEAKY_BOX: usize = 6;
 const BOX_TAGS: usize = 6;
+/// Bits 0 and 1 both set: a lease semaphore's box (8-byte aligned). A sub-interval block is
+/// 4-byte aligned, so its tagged pointer never has bit 1 set.
+const LEASE_BOX: usize = 3;
+const LEASE_TAGS: usize = 3;
 
 // Boxes keep bits 1 and 2 free.
 const _: () = assert!(
-    std::mem::align_of::<SlidingLog>() >= 8
+    std::mem::align_of::<Leases>() >= 8
+        && std::mem::align_of::<SlidingLog>() >= 8
         && std::mem::align_of::<Gcra>() >= 8
         && std::mem::align_of::<FixedWindow>() >= 8
 );
@@ -486,6 +519,7 @@ pub fn into_raw(limiter: Limiter) -> *mut c_void {
         Limiter::Token(g) => tagged(g, TOKEN_BOX),
         Limiter::Leaky(g) => tagged(g, LEAKY_BOX),
         Limiter::Fixed(w) => tagged(w, FIXED_BOX),
+        Limiter::Lease(l) => tagged(l, LEASE_BOX),
     }
 }
 
@@ -495,6 +529,10 @@ pub fn into_raw(limiter: Limiter) -> *mut c_void {
 /// `raw` must come from [`into_raw`] and not have been freed; the caller owns the result, so
 /// nothing may use `raw` afterwards.
 pub unsafe fn from_raw(raw: *mut c_void) -> Limiter {
+    if raw.addr() & LEASE_TAGS == LEASE_BOX {
+        // SAFETY: bits 0 and 1 set: the box of a lease semaphore (see LEASE_BOX).
+        return Limiter::Lease(unsafe { Box::from_raw(raw.map_addr(|a| a & !LEASE_TAGS).cast()) });
+    }
     if raw.addr() & SUBWIN_BLOCK != 0 {
         let block = raw.map_addr(|a| a & !SUBWIN_BLOCK).cast::<u32>();
         // SAFETY: a pointer with bit 0 set is a block from `into_words`, whose first word
@@ -548,6 +586,49 @@ impl DerefMut for Held<'_> {
     fn deref_mut(&mut self) -> &mut Limiter {
         &mut self.0
     }
+}
+
+/// Kind 6, version 1: `latest limit last_ms last_seq nleases (end_delta cost idlen id)*`,
+/// leases ordered by end then id, the first delta from `latest`, each next from the end
+/// before (see [`Leases::leases`]).
+fn encode_leases(out: &mut Vec<u8>, l: &Leases) {
+    let (last_ms, last_seq) = l.last_id();
+    for v in [l.latest(), l.limit(), last_ms, last_seq] {
+        put_varint(out, v);
+    }
+    let leases = l.leases();
+    put_varint(out, leases.len() as u64);
+    let mut prev = l.latest();
+    for (end, cost, id) in leases {
+        put_varint(out, end - prev);
+        put_varint(out, cost);
+        put_varint(out, id.len() as u64);
+        out.extend_from_slice(id);
+        prev = end;
+    }
+}
+
+fn decode_leases(r: &mut Reader) -> Result<Leases, Malformed> {
+    let (latest, limit) = (r.varint()?, r.varint()?);
+    let last_id = (r.varint()?, r.varint()?);
+    let n = r.count(4)?;
+    if n > lease::MAX_LEASES {
+        return Err(Malformed("too many leases"));
+    }
+    let mut leases = Vec::with_capacity(n);
+    let mut end = latest;
+    for _ in 0..n {
+        end = end
+            .checked_add(r.varint()?)
+            .ok_or(Malformed("time overflows"))?;
+        let cost = r.varint()?;
+        let len = r.count(1)?;
+        if len > lease::MAX_ID_LEN {
+            return Err(Malformed("an id is too long"));
+        }
+        leases.push((end, cost, r.bytes(len)?));
+    }
+    Leases::from_parts(limit, latest, last_id, &leases).map_err(|e| Malformed(e.0))
 }
 
 fn put_windows(out: &mut Vec<u8>, windows: &[Window]) {
@@ -897,7 +978,53 @@ mod tests {
             SUBWIN_V1.to_vec(),
             SLIDE_V2.to_vec(),
             SUBWIN_V2.to_vec(),
+            LEASE_V1.to_vec(),
         ]
+    }
+
+    /// Kind 6 (leases), version 1, committed: limit 5 at latest T (2023-11-14), the last id
+    /// made `T-1`; lease `a` of 2 units ends at T+1000, lease `T-1` of 1 at T+30000.
+    const LEASE_V1: &[u8] = &[
+        1, 6, 128, 208, 149, 255, 188, 49, 5, 128, 208, 149, 255, 188, 49, 1, 2, 232, 7, 2, 1, 97,
+        200, 226, 1, 1, 15, 49, 55, 48, 48, 48, 48, 48, 48, 48, 48, 48, 48, 48, 45, 49,
+    ];
+
+    #[test]
+    fn reads_the_committed_version_1_leases() {
+        let limiter = Limiter::decode(LEASE_V1).unwrap();
+        let Limiter::Lease(l) = &limiter else {
+            panic!("not leases: {limiter:?}");
+        };
+        assert_eq!(
+            l.leases(),
+            [
+                (T0 + 1000, 2, &b"a"[..]),
+                (T0 + 30_000, 1, b"1700000000000-1")
+            ]
+        );
+        assert_eq!(l.last_id(), (T0, 1));
+        assert_eq!(limiter.peek(T0 + 1000).as_reply(), [1, 5, 4, 0, 29_000]);
+        assert_eq!(limiter.empty_at(), Some(T0 + 30_000));
+        assert_eq!(limiter.encode(), LEASE_V1);
+        let raw = into_raw(limiter);
+        assert_eq!(raw.addr() & LEASE_TAGS, LEASE_BOX);
+        // SAFETY: `raw` was just made by `into_raw` and is used by nothing else.
+        let back = unsafe { from_raw(raw) };
+        assert_eq!(back.encode(), LEASE_V1);
+        // Cut short, trailing bytes, a lease that has ended, version 2: refused.
+        for bad in [
+            &LEASE_V1[..LEASE_V1.len() - 1],
+            &[LEASE_V1, &[0]].concat()[..],
+        ] {
+            assert!(Limiter::decode(bad).is_err());
+        }
+        let mut ended = LEASE_V1.to_vec();
+        ended[17] = 0;
+        ended[18] = 0;
+        assert!(Limiter::decode(&ended).is_err());
+        let mut v2 = LEASE_V1.to_vec();
+        v2[0] = 2;
+        assert!(Limiter::decode(&v2).is_err());
     }
 
     /// One damage: flip a bit, overwrite, insert or delete a byte, or cut the tail.
@@ -950,7 +1077,7 @@ mod tests {
 
         #[test]
         fn fuzz_damaged_encodings_are_refused_or_sound(
-            seed in 0usize..7,
+            seed in 0usize..8,
             damages in prop::collection::vec(damage(), 1..6),
             times in prop::collection::vec(0u64..5_000, 1..4),
         ) {

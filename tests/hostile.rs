@@ -63,7 +63,7 @@ fn nasty_values() -> Vec<Vec<u8>> {
 }
 
 /// One valid call per command; each position from the limit on is replaced in turn.
-const TEMPLATES: [&[&str]; 14] = [
+const TEMPLATES: [&[&str]; 18] = [
     &["RL.SLIDE", "h:slide", "10", "1000", "COST", "1", "NOW", "T"],
     &["RL.SLIDE", "h:slide2", "10", "1000", "100", "60000"],
     &[
@@ -101,6 +101,21 @@ const TEMPLATES: [&[&str]; 14] = [
         "RL.ALL", "2", "h:all1", "h:all2", "TOKEN", "10", "1000", "COST", "1", "SLIDE", "10",
         "1000", "NOW", "T",
     ],
+    &[
+        "RL.ACQUIRE",
+        "h:lease",
+        "5",
+        "30000",
+        "ID",
+        "x",
+        "COST",
+        "1",
+        "NOW",
+        "T",
+    ],
+    &["RL.RELEASE", "h:lease", "x", "NOW", "T"],
+    &["RL.EXTEND", "h:lease", "x", "1000", "NOW", "T"],
+    &["RL.APPLY", "h:apply2", "RL.ACQUIRE 5 1000 ID 78 NOW T"],
 ];
 
 /// A reply a client may see: an error, nil, OK, or the five fields in their ranges.
@@ -120,14 +135,25 @@ fn check_reply(words: &[Vec<u8>], reply: &redis::RedisResult<Value>) {
         ),
         Ok(Value::Nil) | Ok(Value::Okay) => {}
         Ok(Value::SimpleString(s)) if s == "OK" => {}
-        // RL.ALL: the five fields, then each limiter's five.
-        Ok(Value::Array(fields)) if fields.len() > 5 => {
+        // RL.ALL: the five fields, then each limiter's five (as arrays).
+        Ok(Value::Array(fields))
+            if fields.len() > 5 && fields[5..].iter().all(|f| matches!(f, Value::Array(_))) =>
+        {
             check_reply(words, &Ok(Value::Array(fields[..5].to_vec())));
             for each in &fields[5..] {
                 check_reply(words, &Ok(each.clone()));
             }
         }
         Ok(Value::Array(fields)) => {
+            // RL.ACQUIRE adds the lease id: a string, or nil when none is held.
+            let fields = match fields.split_last() {
+                Some((Value::BulkString(id), rest)) if fields.len() == 6 => {
+                    assert!(!id.is_empty() && id.len() <= 512, "{}", shown());
+                    rest
+                }
+                Some((Value::Nil, rest)) if fields.len() == 6 => rest,
+                _ => &fields[..],
+            };
             let ints: Vec<i64> = fields
                 .iter()
                 .map(|f| match f {
@@ -139,7 +165,13 @@ fn check_reply(words: &[Vec<u8>], reply: &redis::RedisResult<Value>) {
                 panic!("{}: {} fields", shown(), ints.len());
             };
             assert!(allowed == 0 || allowed == 1, "{}: {ints:?}", shown());
-            assert!(limit >= 1 && remaining >= 0, "{}: {ints:?}", shown());
+            // RL.RELEASE and RL.EXTEND of a missing key know no limit: all zeros.
+            let nothing = ints == [0, 0, 0, 0, 0];
+            assert!(
+                (limit >= 1 || nothing) && remaining >= 0,
+                "{}: {ints:?}",
+                shown()
+            );
             assert!(retry >= -1 && reset >= 0, "{}: {ints:?}", shown());
             assert!(allowed == 0 || retry >= 0, "{}: {ints:?}", shown());
         }
@@ -283,6 +315,13 @@ fn corpus(t: u64) -> Vec<Vec<Vec<u8>>> {
         "RL.ALL 16 a b c d e f g h i j k l m n o p FIXED 1 1 FIXED 1 1 FIXED 1 1 FIXED 1 1 \
          FIXED 1 1 FIXED 1 1 FIXED 1 1 FIXED 1 1 FIXED 1 1 FIXED 1 1 FIXED 1 1 FIXED 1 1 \
          FIXED 1 1 FIXED 1 1 FIXED 1 1 SUBWIN 2147483647 2678400000 653906 COST 9223372036854775807",
+        "RL.ACQUIRE h:x 1",
+        "RL.RELEASE h:x",
+        "RL.EXTEND h:x a",
+        "RL.ACQUIRE h:lease2 1000000000 2678400000 COST 1000000000 NOW 253402300799999",
+        "RL.ACQUIRE h:lease2 1000000000 2678400000 COST 1000000001 NOW T",
+        "RL.EXTEND h:lease2 x 2678400000 NOW 253402300799999",
+        "RL.REFUND h:lease2",
     ] {
         calls.push(words(line));
     }

@@ -11,6 +11,8 @@
 //! A server applying it parses the words with the command's own parser and records them
 //! without deciding again.
 
+use std::mem::MaybeUninit;
+
 use crate::args::AsBytes;
 use crate::error::Error;
 
@@ -20,54 +22,102 @@ pub const MAX_LEN: usize = 512;
 pub const MAX_WORDS: usize = 1 + 2 * crate::algo::slide::MAX_WINDOWS + 6;
 
 /// An effect being written: words separated by one space.
+///
+/// Built on every allowed call, so it is kept cheap: the buffer is not zeroed (only the
+/// bytes written are ever read), separators are single stores, and numbers are written
+/// two digits at a time straight into the buffer.
 pub struct Line {
-    buf: [u8; MAX_LEN],
+    buf: [MaybeUninit<u8>; MAX_LEN],
     len: usize,
     overflow: bool,
 }
 
+/// `00`, `01`, ... `99`: two digits per lookup.
+const DIGIT_PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
 impl Line {
     /// A line that starts with the command's name.
+    #[inline(always)]
     pub fn new(command: &str) -> Line {
         let mut line = Line {
-            buf: [0; MAX_LEN],
+            buf: [const { MaybeUninit::uninit() }; MAX_LEN],
             len: 0,
             overflow: false,
         };
-        line.push(command.as_bytes());
+        line.push(0, command.as_bytes());
         line
     }
 
-    fn push(&mut self, bytes: &[u8]) {
-        match self.buf.get_mut(self.len..self.len + bytes.len()) {
+    /// Reserves `n` bytes at the end, `None` (and the line marked too long) if they do not fit.
+    fn reserve(&mut self, n: usize) -> Option<&mut [MaybeUninit<u8>]> {
+        let start = self.len;
+        match self.buf.get_mut(start..start.saturating_add(n)) {
             Some(dst) => {
-                dst.copy_from_slice(bytes);
-                self.len += bytes.len();
+                self.len += n;
+                Some(dst)
             }
-            None => self.overflow = true,
+            None => {
+                self.overflow = true;
+                None
+            }
+        }
+    }
+
+    /// Appends `bytes`, after one space when `sep` is 1.
+    fn push(&mut self, sep: usize, bytes: &[u8]) {
+        if let Some(dst) = self.reserve(sep + bytes.len()) {
+            let (space, rest) = dst.split_at_mut(sep);
+            if let Some(s) = space.first_mut() {
+                s.write(b' ');
+            }
+            for (d, &b) in rest.iter_mut().zip(bytes) {
+                d.write(b);
+            }
         }
     }
 
     /// Appends a word (which must hold no space).
     pub fn word(&mut self, w: &[u8]) -> &mut Line {
-        self.push(b" ");
-        self.push(w);
+        self.push(1, w);
         self
     }
 
     /// Appends a number in decimal.
-    pub fn number(&mut self, mut v: u64) -> &mut Line {
+    pub fn number(&mut self, v: u64) -> &mut Line {
+        // Formatted at the end of a scratch buffer, two digits at a time (the low eight
+        // digits in 32-bit arithmetic), then copied as one word.
         let mut digits = [0u8; 20];
-        let mut i = digits.len();
-        loop {
-            i -= 1;
-            digits[i] = b'0' + (v % 10) as u8;
-            v /= 10;
-            if v == 0 {
-                break;
+        let mut start = digits.len();
+        let mut put_pair = |start: &mut usize, pair: usize| {
+            *start -= 2;
+            digits[*start] = DIGIT_PAIRS[2 * pair];
+            digits[*start + 1] = DIGIT_PAIRS[2 * pair + 1];
+        };
+        let mut high = v;
+        if high >= 100_000_000 {
+            let mut low = (high % 100_000_000) as u32;
+            high /= 100_000_000;
+            for _ in 0..4 {
+                put_pair(&mut start, (low % 100) as usize);
+                low /= 100;
             }
         }
-        self.word(&digits[i..])
+        while high >= 100 {
+            put_pair(&mut start, (high % 100) as usize);
+            high /= 100;
+        }
+        if high >= 10 {
+            put_pair(&mut start, high as usize);
+        } else {
+            start -= 1;
+            digits[start] = b'0' + high as u8;
+        }
+        self.word(&digits[start..])
     }
 
     /// `KEYWORD value`.
@@ -77,7 +127,12 @@ impl Line {
 
     /// The line, `None` if it did not fit (which the longest command cannot reach).
     pub fn as_bytes(&self) -> Option<&[u8]> {
-        (!self.overflow).then(|| &self.buf[..self.len])
+        let written = self.buf.get(..self.len)?;
+        // SAFETY: the first `len` bytes were all written (by `push` and `number`, which
+        // advance `len` only over the bytes they write), and `MaybeUninit<u8>` has the
+        // layout of `u8`.
+        let bytes = unsafe { std::slice::from_raw_parts(written.as_ptr().cast::<u8>(), self.len) };
+        (!self.overflow).then_some(bytes)
     }
 }
 
@@ -209,6 +264,14 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn numbers_are_written_in_decimal(v in any::<u64>(), small in 0u64..100_000) {
+            let mut line = Line::new("X");
+            line.number(v).number(small);
+            let expected = format!("X {v} {small}");
+            prop_assert_eq!(line.as_bytes().unwrap(), expected.as_bytes());
+        }
+
         #[test]
         fn fuzz_split_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..600)) {
             let _ = Words::split(b"k", &bytes);

@@ -17,7 +17,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{digest, int, rl, run, text, unix_ms, wait_until, Server};
+use common::{digest, effect_text, int, rl, run, text, unix_ms, wait_until, Server};
 use redis::{Connection, Value};
 use rstest::rstest;
 
@@ -129,7 +129,7 @@ fn parse_resp_commands(bytes: &[u8]) -> Vec<Vec<String>> {
                 .and_then(|n| n.parse().ok())
                 .unwrap_or_else(|| panic!("expected a bulk header in the AOF, got {head:?}"));
             let word = bytes.get(at..at + len).expect("a complete bulk string");
-            words.push(String::from_utf8_lossy(word).into_owned());
+            words.push(effect_text(word));
             assert_eq!(&bytes[at + len..at + len + 2], b"\r\n", "bulk string end");
             at += len + 2;
         }

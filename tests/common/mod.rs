@@ -364,3 +364,41 @@ pub fn info_field(c: &mut Connection, field: &str) -> i64 {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no integer {field} in INFO"))
 }
+
+/// The textual form (`RL.TOKEN 100 60000 NOW t`) of an effect as a primary propagates it in
+/// `RL.APPLY key effect`: a compact effect (first byte 1, the command's code, then each word
+/// as a tag, 0 for a LEB128 number or a keyword's code) is spelled out, a textual one kept.
+/// Written here from the format's description, independently of the module's own decoder.
+#[allow(dead_code)]
+pub fn effect_text(effect: &[u8]) -> String {
+    const COMMANDS: [&str; 6] = [
+        "RL.SLIDE",
+        "RL.TOKEN",
+        "RL.LEAKY",
+        "RL.FIXED",
+        "RL.SUBWIN",
+        "RL.REFUND",
+    ];
+    const KEYWORDS: [&str; 5] = ["BURST", "MAXDELAY", "COST", "NOW", "ALIGN"];
+    let [1, code, rest @ ..] = effect else {
+        return String::from_utf8_lossy(effect).into_owned();
+    };
+    let mut words = vec![COMMANDS[usize::from(*code) - 1].to_string()];
+    let mut bytes = rest.iter();
+    while let Some(&tag) = bytes.next() {
+        if tag == 0 {
+            let (mut v, mut shift) = (0u64, 0);
+            for &b in bytes.by_ref() {
+                v |= u64::from(b & 0x7f) << shift;
+                shift += 7;
+                if b & 0x80 == 0 {
+                    break;
+                }
+            }
+            words.push(v.to_string());
+        } else {
+            words.push(KEYWORDS[usize::from(tag) - 1].to_string());
+        }
+    }
+    words.join(" ")
+}

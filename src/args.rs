@@ -164,11 +164,11 @@ pub fn subwin<A: AsBytes>(args: &[A]) -> Result<Subwin, Error> {
 fn rate<A: AsBytes>(args: &[A], allowed: &[Opt]) -> Result<(u64, u64, Parsed), Error> {
     let limit = positional(args, 2, "limit", 1, MAX_RATE_LIMIT)?;
     let window = positional(args, 3, "window_ms", 1, gcra::MAX_WINDOW_MS)?;
-    Ok((
-        limit,
-        window,
-        options(args.get(4..).unwrap_or_default(), allowed)?,
-    ))
+    let opts = match args.get(4..) {
+        Some(rest) if !rest.is_empty() => options(rest, allowed)?,
+        _ => [None; 5],
+    };
+    Ok((limit, window, opts))
 }
 
 pub fn slide<A: AsBytes>(args: &[A]) -> Result<Slide, Error> {
@@ -532,33 +532,39 @@ pub(crate) fn int<A: AsBytes>(
     min: u64,
     max: u64,
 ) -> Result<u64, Error> {
-    let err = Error::Range {
+    let err = || Error::Range {
         arg: name,
         min,
         max,
     };
     let bytes = arg.as_bytes();
-    if bytes.is_empty() || bytes.len() > 20 || !bytes.iter().all(u8::is_ascii_digit) {
-        return Err(err);
-    }
-    if bytes.len() > 1 && bytes[0] == b'0' {
-        return Err(err);
+    let (Some(&first), 1..=20) = (bytes.first(), bytes.len()) else {
+        return Err(err());
+    };
+    if first == b'0' && bytes.len() > 1 {
+        return Err(err());
     }
     let mut v: u64 = 0;
-    for d in bytes {
-        v = v
-            .checked_mul(10)
-            .and_then(|v| v.checked_add(u64::from(d - b'0')))
-            .ok_or(Error::Range {
-                arg: name,
-                min,
-                max,
-            })?;
+    let (head, tail) = bytes.split_at(bytes.len().min(19));
+    // Nineteen digits always fit in a u64; a twentieth is added with overflow checked.
+    for &b in head {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return Err(err());
+        }
+        v = v * 10 + u64::from(d);
+    }
+    if let Some(&b) = tail.first() {
+        let d = b.wrapping_sub(b'0');
+        v = match v.checked_mul(10).and_then(|v| v.checked_add(u64::from(d))) {
+            Some(v) if d <= 9 => v,
+            _ => return Err(err()),
+        };
     }
     if (min..=max).contains(&v) {
         Ok(v)
     } else {
-        Err(err)
+        Err(err())
     }
 }
 

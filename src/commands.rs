@@ -24,7 +24,7 @@ use crate::algo::{Limit, Millis};
 use crate::api::{self, Arg, Reply};
 use crate::args::{self, AsBytes};
 use crate::config;
-use crate::effect::{Line, Words};
+use crate::effect::{self, Compact, Words};
 use crate::error::Error;
 use crate::store::{now_ms, Key};
 use crate::value::{Kind, Limiter};
@@ -155,17 +155,26 @@ struct Call<'a, P: ?Sized> {
 
 /// Propagates the effect of a change: `RL.APPLY key effect` for a decision (see
 /// [`crate::effect`]), or the `RL.APPLY` being applied as it came.
-fn propagate(ctx: &Context, key: Arg, mode: Mode, command: &str, effect: impl FnOnce(&mut Line)) {
+fn propagate(
+    ctx: &Context,
+    key: Arg,
+    mode: Mode,
+    command: &str,
+    effect: impl FnOnce(&mut Compact),
+) {
     match mode {
         Mode::Apply => {
             ctx.replicate_verbatim();
         }
         Mode::Decide => {
-            let mut line = Line::new(command);
-            effect(&mut line);
-            match line.as_bytes() {
+            let mut compact = Compact::new(command);
+            effect(&mut compact);
+            match compact.as_bytes() {
                 Some(bytes) => api::replicate_effect(ctx, key, bytes),
-                None => ctx.log_warning("ratelimit: an effect did not fit; not propagated"),
+                // Not reached: the commands write only canonical numbers and keywords.
+                None => {
+                    ctx.log_warning("ratelimit: an effect could not be written; not propagated")
+                }
             }
         }
     }
@@ -439,7 +448,8 @@ fn refund_as<A: AsBytes>(ctx: &Context, name: Arg, args: &[A], mode: Mode) -> Re
     // May delete the key, freeing `limiter`: nothing may read it afterwards.
     let expiry = settle(&key, c"rl.refund", empty_at, clock.lag, before);
     propagate(ctx, name, mode, "RL.REFUND", |line| {
-        line.option("COST", opts.cost).option("NOW", at);
+        line.option("COST", opts.cost);
+        line.option("NOW", at);
     });
     replicate_expiry(ctx, name, clock.lag, expiry);
     Ok(Reply::Decision(decision))
@@ -489,7 +499,17 @@ pub fn apply(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
     let [_, key, effect] = args else {
         return Err(Error::Arity);
     };
-    let words = Words::split(key.as_bytes(), effect.as_bytes())?;
+    let expanded;
+    let effect = match effect.as_bytes() {
+        compact @ [effect::COMPACT, ..] => {
+            expanded = effect::expand(compact)?;
+            expanded
+                .as_bytes()
+                .ok_or(Error::Invalid("RL.APPLY effect is malformed"))?
+        }
+        text => text,
+    };
+    let words = Words::split(key.as_bytes(), effect)?;
     let w = words.as_slice();
     let command = words.command();
     let is = |name: &str| command.eq_ignore_ascii_case(name.as_bytes());

@@ -78,7 +78,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     guard("rdb_save", (), || {
         if let Some(l) = limiter(value) {
-            raw::save_slice(rdb, &l.encode());
+            l.with_encoding(|bytes| raw::save_slice(rdb, bytes));
         }
     })
 }
@@ -92,16 +92,17 @@ unsafe extern "C" fn aof_rewrite(
         let (Some(l), Some(emit)) = (limiter(value), raw::RedisModule_EmitAOF) else {
             return;
         };
-        let bytes = l.encode();
         // Redis writes the key's PEXPIREAT after this command.
-        emit(
-            aof,
-            c"RL.RESTORE".as_ptr(),
-            c"sb".as_ptr(),
-            key,
-            bytes.as_ptr().cast::<c_char>(),
-            bytes.len(),
-        );
+        l.with_encoding(|bytes| {
+            emit(
+                aof,
+                c"RL.RESTORE".as_ptr(),
+                c"sb".as_ptr(),
+                key,
+                bytes.as_ptr().cast::<c_char>(),
+                bytes.len(),
+            )
+        });
     })
 }
 
@@ -121,8 +122,7 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
             return;
         };
         // The encoding is canonical, so equal states digest equally on every server.
-        let bytes = l.encode();
-        add(md, bytes.as_ptr().cast(), bytes.len());
+        l.with_encoding(|bytes| add(md, bytes.as_ptr().cast(), bytes.len()));
         end(md);
     })
 }

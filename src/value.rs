@@ -290,6 +290,50 @@ impl Limiter {
         }
     }
 
+    /// The six fields of a token, leaky or fixed state's encoding (version 1, see the module
+    /// docs), `None` for the other kinds.
+    fn fixed_fields(&self) -> Option<[u64; 6]> {
+        match self {
+            Limiter::Token(g) | Limiter::Leaky(g) => {
+                let p = g.params();
+                Some([
+                    g.latest(),
+                    g.debt(),
+                    p.limit,
+                    p.window_ms,
+                    p.burst,
+                    p.max_delay_ms,
+                ])
+            }
+            Limiter::Fixed(w) => {
+                let p = w.params();
+                Some([
+                    w.latest(),
+                    w.end(),
+                    w.count_at(w.latest()),
+                    p.limit,
+                    p.window_ms,
+                    u64::from(p.align),
+                ])
+            }
+            _ => None,
+        }
+    }
+
+    /// Calls `f` with [`Limiter::encode`]'s bytes, built on the stack for the kinds of a fixed
+    /// number of fields (token, leaky, fixed): RDB save, AOF rewrite and digest then allocate
+    /// nothing for them.
+    pub fn with_encoding<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        match self.fixed_fields() {
+            Some(fields) => {
+                let mut out = SmallOut::new(&[1, self.kind().tag()]);
+                fields.into_iter().for_each(|v| out.varint(v));
+                f(out.as_bytes())
+            }
+            None => f(&self.encode()),
+        }
+    }
+
     /// The canonical encoding of the current version.
     pub fn encode(&self) -> Vec<u8> {
         let retention = match self {
@@ -298,7 +342,8 @@ impl Limiter {
             _ => Vec::new(),
         };
         let version = if retention.is_empty() { 1 } else { 2 };
-        let mut out = vec![version, self.kind().tag()];
+        let mut out = Vec::with_capacity(64);
+        out.extend_from_slice(&[version, self.kind().tag()]);
         let put_retention = |out: &mut Vec<u8>| {
             if !retention.is_empty() {
                 put_varint(out, retention.len() as u64);
@@ -321,29 +366,8 @@ impl Limiter {
                     prev = at;
                 }
             }
-            Limiter::Token(g) | Limiter::Leaky(g) => {
-                let p = g.params();
-                let fields = [
-                    g.latest(),
-                    g.debt(),
-                    p.limit,
-                    p.window_ms,
-                    p.burst,
-                    p.max_delay_ms,
-                ];
-                fields.into_iter().for_each(|v| put_varint(&mut out, v));
-            }
-            Limiter::Fixed(w) => {
-                let p = w.params();
-                let count = w.count_at(w.latest());
-                let fields = [
-                    w.latest(),
-                    w.end(),
-                    count,
-                    p.limit,
-                    p.window_ms,
-                    u64::from(p.align),
-                ];
+            Limiter::Token(_) | Limiter::Leaky(_) | Limiter::Fixed(_) => {
+                let fields = self.fixed_fields().unwrap_or_default();
                 fields.into_iter().for_each(|v| put_varint(&mut out, v));
             }
             Limiter::Lease(l) => encode_leases(&mut out, l),
@@ -352,6 +376,8 @@ impl Limiter {
                 let fields = [w.latest(), p.limit, p.window_ms, p.resolution_ms];
                 fields.into_iter().for_each(|v| put_varint(&mut out, v));
                 put_retention(&mut out);
+                // One byte or more per counter.
+                out.reserve(w.counts().size_hint().0);
                 w.counts().for_each(|c| put_varint(&mut out, c));
             }
         }
@@ -465,7 +491,11 @@ impl Limiter {
                     None => None,
                 };
                 let n = SubWindow::counters_for(&p, front.as_ref());
-                let counts = (0..n).map(|_| r.varint()).collect::<Result<Vec<_>, _>>()?;
+                // At most MAX_SUBINTERVALS + 1 counters (see above): allocated once.
+                let mut counts = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
+                for _ in 0..n {
+                    counts.push(r.varint()?);
+                }
                 let w = SubWindow::from_parts(p, latest, retention.as_deref(), &counts)
                     .map_err(|e| Malformed(e.0))?;
                 Limiter::Subwin(w)
@@ -629,6 +659,43 @@ fn decode_leases(r: &mut Reader) -> Result<Leases, Malformed> {
         leases.push((end, cost, r.bytes(len)?));
     }
     Leases::from_parts(limit, latest, last_id, &leases).map_err(|e| Malformed(e.0))
+}
+
+/// A fixed-size encoding buffer: two bytes and six varints of at most ten bytes each.
+struct SmallOut {
+    buf: [u8; 2 + 6 * 10],
+    len: usize,
+}
+
+impl SmallOut {
+    fn new(head: &[u8; 2]) -> SmallOut {
+        let mut out = SmallOut {
+            buf: [0; 62],
+            len: 2,
+        };
+        out.buf[..2].copy_from_slice(head);
+        out
+    }
+
+    /// Appends `v` as [`put_varint`] does; bytes beyond the buffer (more than six varints)
+    /// are dropped, which the callers never reach.
+    fn varint(&mut self, mut v: u64) {
+        loop {
+            let byte = if v >= 0x80 { (v as u8) | 0x80 } else { v as u8 };
+            if let Some(slot) = self.buf.get_mut(self.len) {
+                *slot = byte;
+                self.len += 1;
+            }
+            v >>= 7;
+            if v == 0 {
+                break;
+            }
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len.min(self.buf.len())]
+    }
 }
 
 fn put_windows(out: &mut Vec<u8>, windows: &[Window]) {
@@ -946,6 +1013,38 @@ mod tests {
             assert_eq!(log.peek(T0 + 302).remaining, 4);
             assert_eq!(log.slide_mut().map(|l| l.len()), Some(5));
         }
+    }
+
+    #[test]
+    fn the_stack_encoding_is_the_encoding() {
+        let mut all = seeds();
+        // The widest fields: ten-byte varints.
+        let mut wide = vec![1, 2];
+        for v in [crate::algo::MAX_TIMESTAMP, u64::MAX, 1, 1, 1, 0] {
+            put_varint(&mut wide, v);
+        }
+        all.push(wide);
+        for bytes in all {
+            let Ok(limiter) = Limiter::decode(&bytes) else {
+                continue;
+            };
+            let encoded = limiter.encode();
+            assert_eq!(encoded, bytes);
+            assert_eq!(limiter.with_encoding(<[u8]>::to_vec), encoded);
+        }
+        let g = Gcra::from_parts(
+            Params {
+                limit: 1,
+                window_ms: 1,
+                burst: 1,
+                max_delay_ms: 0,
+            },
+            crate::algo::MAX_TIMESTAMP,
+            u64::MAX,
+        )
+        .unwrap();
+        let limiter = Limiter::Token(Box::new(g));
+        assert_eq!(limiter.with_encoding(<[u8]>::to_vec), limiter.encode());
     }
 
     #[test]

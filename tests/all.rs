@@ -5,7 +5,9 @@ mod common;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use common::{dataset_digest, digest, err, int, rl, run, server, unix_ms, wait_until, Server};
+use common::{
+    aof_commands, dataset_digest, digest, err, int, rl, run, server, unix_ms, wait_until, Server,
+};
 use redis::{Connection, Value};
 use rstest::rstest;
 
@@ -153,23 +155,25 @@ fn survives_restart_and_reaches_the_aof_in_one_multi() {
     let line = format!("RL.ALL 2 {{o}}:a {{o}}:b TOKEN 100 60000 FIXED 5 60000 COST 2 NOW {t}");
     all(&mut c, &line);
     let digests = (digest(&mut c, "{o}:a"), digest(&mut c, "{o}:b"));
-    let path = server.path("appendonlydir/appendonly.aof.1.incr.aof");
-    let mut aof = String::new();
-    wait_until("the AOF to hold the call", 10, || {
-        aof = std::fs::read_to_string(&path).unwrap_or_default();
-        aof.contains("RL.FIXED")
-    });
     // The two effects, as the single-key commands write them, inside one MULTI/EXEC.
-    let multi = aof.find("MULTI").expect("MULTI");
-    let a = aof
-        .find(&format!("RL.TOKEN 100 60000 NOW {t}"))
-        .expect("the token effect");
-    let b = aof
-        .find(&format!("RL.FIXED 5 60000 COST 2 NOW {t}"))
-        .expect("the fixed effect");
-    let exec = aof.find("EXEC").expect("EXEC");
-    assert!(multi < a && a < b && b < exec, "{aof:?}");
-    assert!(!aof.contains("RL.ALL"), "{aof:?}");
+    let mut commands = Vec::new();
+    wait_until("the AOF to hold the call", 10, || {
+        commands = aof_commands(&server)
+            .into_iter()
+            .map(|words| words.join(" "))
+            .collect::<Vec<_>>();
+        commands.iter().any(|c| c.contains("RL.FIXED"))
+    });
+    let at = |what: &str| commands.iter().position(|c| c == what);
+    let multi = at("MULTI").expect("MULTI");
+    let a = at(&format!("RL.TOKEN {{o}}:a 100 60000 NOW {t}")).expect("the token effect");
+    let b = at(&format!("RL.FIXED {{o}}:b 5 60000 COST 2 NOW {t}")).expect("the fixed effect");
+    let exec = at("EXEC").expect("EXEC");
+    assert!(multi < a && a < b && b < exec, "{commands:?}");
+    assert!(
+        !commands.iter().any(|c| c.contains("RL.ALL")),
+        "{commands:?}"
+    );
     server.crash_and_restart();
     let mut c = server.conn();
     assert_eq!((digest(&mut c, "{o}:a"), digest(&mut c, "{o}:b")), digests);

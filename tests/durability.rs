@@ -17,7 +17,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{digest, int, rl, run, text, unix_ms, wait_until, Server};
+use common::{aof_commands, digest, int, rl, run, text, unix_ms, wait_until, Server};
 use redis::{Connection, Value};
 use rstest::rstest;
 
@@ -67,76 +67,6 @@ fn info_field(c: &mut Connection, section: &str, field: &str) -> String {
 
 // ---------------------------------------------------------------------------------------
 // Reading the AOF
-
-/// Every command in the incremental files of a Redis 7 multi-part AOF, in order, as words.
-fn aof_commands(server: &Server) -> Vec<Vec<String>> {
-    let dir = server.path("appendonlydir");
-    let manifest = std::fs::read_to_string(dir.join("appendonly.aof.manifest")).expect("manifest");
-    let mut commands = Vec::new();
-    for line in manifest.lines() {
-        // file appendonly.aof.1.incr.aof seq 1 type i
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let field = |name: &str| {
-            let at = words.iter().position(|w| *w == name)?;
-            words.get(at + 1).copied()
-        };
-        if let (Some(file), Some("i")) = (field("file"), field("type")) {
-            let bytes = std::fs::read(dir.join(file)).expect("an incremental AOF file");
-            commands.extend(parse_resp_commands(&bytes).into_iter().map(unapply));
-        }
-    }
-    commands
-}
-
-/// `RL.APPLY key "RL.X p1 p2 ... COST n NOW t"` (how a decision is propagated) as the command
-/// line it stands for, `RL.X key p1 p2 ... COST n NOW t`; other commands unchanged.
-fn unapply(words: Vec<String>) -> Vec<String> {
-    match words.as_slice() {
-        [apply, key, effect] if apply == "RL.APPLY" => {
-            let mut effect = effect.split(' ').map(str::to_owned);
-            let command = effect.next().expect("an effect names its command");
-            [command, key.clone()].into_iter().chain(effect).collect()
-        }
-        _ => words,
-    }
-}
-
-/// RESP arrays of bulk strings, back to back, as the AOF holds them.
-fn parse_resp_commands(bytes: &[u8]) -> Vec<Vec<String>> {
-    fn line<'a>(bytes: &'a [u8], at: &mut usize) -> &'a str {
-        let end = bytes[*at..]
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .map(|p| *at + p)
-            .expect("a CRLF-terminated line in the AOF");
-        let l = std::str::from_utf8(&bytes[*at..end]).expect("ASCII header");
-        *at = end + 2;
-        l
-    }
-    let mut at = 0;
-    let mut commands = Vec::new();
-    while at < bytes.len() {
-        let head = line(bytes, &mut at);
-        let n: usize = head
-            .strip_prefix('*')
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("expected an array header in the AOF, got {head:?}"));
-        let mut words = Vec::with_capacity(n);
-        for _ in 0..n {
-            let head = line(bytes, &mut at);
-            let len: usize = head
-                .strip_prefix('$')
-                .and_then(|n| n.parse().ok())
-                .unwrap_or_else(|| panic!("expected a bulk header in the AOF, got {head:?}"));
-            let word = bytes.get(at..at + len).expect("a complete bulk string");
-            words.push(String::from_utf8_lossy(word).into_owned());
-            assert_eq!(&bytes[at + len..at + len + 2], b"\r\n", "bulk string end");
-            at += len + 2;
-        }
-        commands.push(words);
-    }
-    commands
-}
 
 /// An allowed limiter call as the AOF holds it: `<command> key <params> [options] NOW t`,
 /// with COST and the options that the primary propagated because they were not the

@@ -4,7 +4,8 @@
 mod common;
 
 use common::{
-    dataset_digest, digest, int, rl, run, slide_in_multi_and_lua, text, unix_ms, wait_until, Server,
+    dataset_digest, digest, effect_text, int, put_varint, rl, run, slide_in_multi_and_lua, text,
+    unix_ms, wait_until, Server,
 };
 use redis::{Connection, Value};
 use rstest::rstest;
@@ -202,11 +203,12 @@ fn decisions_reach_the_aof_as_one_effect_argument() {
     );
     let path = server.path("appendonlydir/appendonly.aof.1.incr.aof");
     // Redis may hold the write back for a moment (appendfsync everysec): wait for the last.
-    let mut aof = String::new();
+    let mut aof = Vec::new();
     wait_until("the AOF to hold the calls", 10, || {
-        aof = std::fs::read_to_string(&path).unwrap_or_default();
-        aof.contains("RL.LEAKY")
+        aof = std::fs::read(&path).unwrap_or_default();
+        aof.windows(3).filter(|w| w == b"lk\r").count() > 0
     });
+    let holds = |needle: &[u8]| aof.windows(needle.len()).any(|w| w == needle);
     for effect in [
         // Options at their defaults (COST 1, BURST = limit, a leaky bucket's BURST 1) are
         // left out; the others are resolved.
@@ -214,11 +216,29 @@ fn decisions_reach_the_aof_as_one_effect_argument() {
         format!("RL.FIXED 5 1000 ALIGN COST 2 NOW {t}"),
         format!("RL.LEAKY 10 1000 MAXDELAY 500 NOW {t}"),
     ] {
-        let bulk = "$8\r\nRL.APPLY\r\n$3\r\n";
-        assert!(aof.contains(bulk), "{aof:?}");
-        assert!(
-            aof.contains(&format!("${}\r\n{effect}\r\n", effect.len())),
-            "{effect} not in {aof:?}"
-        );
+        // Written in the compact form: the command's code, then each word tagged.
+        let mut words = effect.split(' ');
+        let commands = ["RL.SLIDE", "RL.TOKEN", "RL.LEAKY", "RL.FIXED"];
+        let command = words.next().unwrap();
+        let code = commands.iter().position(|c| *c == command).unwrap();
+        let mut compact = vec![1, code as u8 + 1];
+        for w in words {
+            match ["BURST", "MAXDELAY", "COST", "NOW", "ALIGN"]
+                .iter()
+                .position(|k| *k == w)
+            {
+                Some(k) => compact.push(k as u8 + 1),
+                None => {
+                    compact.push(0);
+                    put_varint(&mut compact, w.parse().unwrap());
+                }
+            }
+        }
+        assert_eq!(effect_text(&compact), effect);
+        let mut bulk = format!("${}\r\n", compact.len()).into_bytes();
+        bulk.extend_from_slice(&compact);
+        bulk.extend_from_slice(b"\r\n");
+        assert!(holds(b"$8\r\nRL.APPLY\r\n$3\r\n"), "{aof:?}");
+        assert!(holds(&bulk), "{effect} ({compact:?}) not in {aof:?}");
     }
 }

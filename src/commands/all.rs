@@ -13,7 +13,7 @@ use super::{clock, propagate, replicate_expiry, settle, Mode};
 use crate::all::{self, Combined, Target};
 use crate::api::{Arg, Reply};
 use crate::args::{self, AsBytes, Spec, SpecParams};
-use crate::effect::Line;
+use crate::effect::Compact;
 use crate::error::Error;
 use crate::store::Key;
 
@@ -79,7 +79,7 @@ pub fn all(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
 
 /// The words of the spec's own command after its key, as that command propagates them:
 /// positional parameters, options that are not their defaults, COST, and NOW at `at`.
-fn effect(line: &mut Line, spec: &Spec, at: u64) {
+fn effect(line: &mut Compact, spec: &Spec, at: u64) {
     match &spec.params {
         SpecParams::Slide(windows) => {
             for w in windows.as_slice() {

@@ -370,3 +370,113 @@ pub fn info_field(c: &mut Connection, field: &str) -> i64 {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no integer {field} in INFO"))
 }
+
+/// The textual form (`RL.TOKEN 100 60000 NOW t`) of an effect as a primary propagates it in
+/// `RL.APPLY key effect`: a compact effect (first byte 1, the command's code, then each word
+/// as a tag, 0 for a LEB128 number or a keyword's code) is spelled out, a textual one kept.
+/// Written here from the format's description, independently of the module's own decoder.
+#[allow(dead_code)]
+pub fn effect_text(effect: &[u8]) -> String {
+    const COMMANDS: [&str; 7] = [
+        "RL.SLIDE",
+        "RL.TOKEN",
+        "RL.LEAKY",
+        "RL.FIXED",
+        "RL.SUBWIN",
+        "RL.REFUND",
+        "RL.CHARGE",
+    ];
+    const KEYWORDS: [&str; 5] = ["BURST", "MAXDELAY", "COST", "NOW", "ALIGN"];
+    let [1, code, rest @ ..] = effect else {
+        return String::from_utf8_lossy(effect).into_owned();
+    };
+    let mut words = vec![COMMANDS[usize::from(*code) - 1].to_string()];
+    let mut bytes = rest.iter();
+    while let Some(&tag) = bytes.next() {
+        if tag == 0 {
+            let (mut v, mut shift) = (0u64, 0);
+            for &b in bytes.by_ref() {
+                v |= u64::from(b & 0x7f) << shift;
+                shift += 7;
+                if b & 0x80 == 0 {
+                    break;
+                }
+            }
+            words.push(v.to_string());
+        } else {
+            words.push(KEYWORDS[usize::from(tag) - 1].to_string());
+        }
+    }
+    words.join(" ")
+}
+
+/// Every command in the incremental files of a Redis 7 multi-part AOF, in order, as words.
+#[allow(dead_code)]
+pub fn aof_commands(server: &Server) -> Vec<Vec<String>> {
+    let dir = server.path("appendonlydir");
+    let manifest = std::fs::read_to_string(dir.join("appendonly.aof.manifest")).expect("manifest");
+    let mut commands = Vec::new();
+    for line in manifest.lines() {
+        // file appendonly.aof.1.incr.aof seq 1 type i
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let field = |name: &str| {
+            let at = words.iter().position(|w| *w == name)?;
+            words.get(at + 1).copied()
+        };
+        if let (Some(file), Some("i")) = (field("file"), field("type")) {
+            let bytes = std::fs::read(dir.join(file)).expect("an incremental AOF file");
+            commands.extend(parse_resp_commands(&bytes).into_iter().map(unapply));
+        }
+    }
+    commands
+}
+
+/// `RL.APPLY key "RL.X p1 p2 ... COST n NOW t"` (how a decision is propagated) as the command
+/// line it stands for, `RL.X key p1 p2 ... COST n NOW t`; other commands unchanged.
+pub fn unapply(words: Vec<String>) -> Vec<String> {
+    match words.as_slice() {
+        [apply, key, effect] if apply == "RL.APPLY" => {
+            let mut effect = effect.split(' ').map(str::to_owned);
+            let command = effect.next().expect("an effect names its command");
+            [command, key.clone()].into_iter().chain(effect).collect()
+        }
+        _ => words,
+    }
+}
+
+/// RESP arrays of bulk strings, back to back, as the AOF holds them.
+pub fn parse_resp_commands(bytes: &[u8]) -> Vec<Vec<String>> {
+    fn line<'a>(bytes: &'a [u8], at: &mut usize) -> &'a str {
+        let end = bytes[*at..]
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .map(|p| *at + p)
+            .expect("a CRLF-terminated line in the AOF");
+        let l = std::str::from_utf8(&bytes[*at..end]).expect("ASCII header");
+        *at = end + 2;
+        l
+    }
+    let mut at = 0;
+    let mut commands = Vec::new();
+    while at < bytes.len() {
+        let head = line(bytes, &mut at);
+        let n: usize = head
+            .strip_prefix('*')
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("expected an array header in the AOF, got {head:?}"));
+        let mut words = Vec::with_capacity(n);
+        for _ in 0..n {
+            let head = line(bytes, &mut at);
+            let len: usize = head
+                .strip_prefix('$')
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("expected a bulk header in the AOF, got {head:?}"));
+            let word = bytes.get(at..at + len).expect("a complete bulk string");
+            words.push(effect_text(word));
+            assert_eq!(&bytes[at + len..at + len + 2], b"\r\n", "bulk string end");
+            at += len + 2;
+        }
+        commands.push(words);
+    }
+    commands
+}

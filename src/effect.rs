@@ -496,7 +496,7 @@ mod tests {
             &[][..],
             &[COMPACT],
             &[COMPACT, 0],
-            &[COMPACT, 7],
+            &[COMPACT, 8],
             &[COMPACT, 2, 6],
             &[COMPACT, 2, 0, 0x80],
             &[2, 2],

@@ -607,6 +607,10 @@ impl SlidingLog {
     /// stored windows added when the call's are shorter (the newest record being their last
     /// use as far as records go), less what the call's windows dominate or what has passed.
     fn retention_after(&self, now: Millis, windows: &[Window]) -> Front {
+        if matches!(self.body, Body::Small(_)) && self.same_windows(windows) {
+            // No retention, and the same windows add none: the common call.
+            return Front::default();
+        }
         let own = longest(windows);
         let before = self.newest().map(|newest| (self.own_longest(), newest));
         let mut front = self.front();
@@ -673,8 +677,11 @@ impl Limit for SlidingLog {
     fn empty_at(&self) -> Option<Millis> {
         let newest = self.newest()?;
         let own = newest + self.own_longest();
-        let kept = self.front().empty_at(newest).unwrap_or(0);
-        Some(own.max(kept))
+        let kept = match &self.body {
+            Body::Small(_) => None,
+            Body::Big(b) => b.kept.empty_at(newest),
+        };
+        Some(own.max(kept.unwrap_or(0)))
     }
 
     /// The answer to `cost` units at `now` under `windows`, without recording anything.

@@ -480,6 +480,10 @@ impl SubWindow {
             return None;
         }
         let (oldest, newest) = self.span();
+        if self.word(self.slot(newest)) != 0 {
+            // The latest sub-interval counts units: the usual case, no scan.
+            return Some(newest);
+        }
         let (from, before) = self.ring_runs(oldest, newest);
         let at = match last_nonzero(before) {
             Some(i) => from.len() + i,

@@ -743,16 +743,20 @@ impl Limit for SlidingLog {
         }
         // What leaves the log: what no window still counts (see `retention_after`).
         let mut retention = self.retention_after(now, windows);
-        let keep = retention.keep(longest(windows));
-        let (_, mut kept_units) = self.used(now, keep);
-        if !retention.is_empty() && kept_units.saturating_add(cost) > MAX_LIMIT {
-            // The running totals hold 2^32 - 1 units at most: past that, the log keeps
-            // only what the call's own windows count.
-            retention = Front::default();
-            (_, kept_units) = self.used(now, longest(windows));
-        }
-        if kept_units.saturating_add(cost) > MAX_LIMIT {
-            return false;
+        // Everything the log holds fits with the cost (the usual case): so does what it
+        // keeps.
+        if self.prefix(self.body.len()).saturating_add(cost) > MAX_LIMIT {
+            let keep = retention.keep(longest(windows));
+            let (_, mut kept_units) = self.used(now, keep);
+            if !retention.is_empty() && kept_units.saturating_add(cost) > MAX_LIMIT {
+                // The running totals hold 2^32 - 1 units at most: past that, the log keeps
+                // only what the call's own windows count.
+                retention = Front::default();
+                (_, kept_units) = self.used(now, longest(windows));
+            }
+            if kept_units.saturating_add(cost) > MAX_LIMIT {
+                return false;
+            }
         }
         if !self.same_windows(windows) {
             self.set_windows(windows);

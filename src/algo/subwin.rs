@@ -676,6 +676,21 @@ impl Limit for SubWindow {
             return false;
         }
         let current = self.index(now);
+        if plan.is_none() && current == self.index(self.latest()) {
+            // The same shape, in the latest sub-interval (the usual call): nothing leaves.
+            let slot = self.slot(current);
+            let (Ok(count), Ok(total)) = (
+                u32::try_from(u64::from(self.word(slot)) + cost),
+                u32::try_from(self.total() + cost),
+            ) else {
+                return false;
+            };
+            self.put(slot, count);
+            self.put(TOTAL, total);
+            self.put(LIMIT, p.limit as u32);
+            self.set_latest(now);
+            return true;
+        }
         // What the ring holds once moved to `now`, plus the cost.
         let passed = (current - self.index(self.latest())).min(self.ring_n() + 1);
         let leaving = self.ring_sum(current + 1 - passed, current);

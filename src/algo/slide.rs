@@ -738,7 +738,11 @@ impl Limit for SlidingLog {
     /// false, changing nothing, when the record would break the log's invariants.
     fn record(&mut self, now: Millis, windows: &[Window], cost: u64) -> bool {
         let now = now.max(self.latest);
-        if windows.is_empty() || now > MAX_TIMESTAMP || !windows.iter().all(valid_window) {
+        if windows.is_empty()
+            || windows.len() > MAX_WINDOWS
+            || now > MAX_TIMESTAMP
+            || !windows.iter().all(valid_window)
+        {
             return false;
         }
         // What leaves the log: what no window still counts (see `retention_after`).
@@ -1274,6 +1278,10 @@ mod tests {
         assert!(is_small(&log));
         assert_eq!(&*log.windows(), &ws[7..]);
         assert_eq!(log.peek(T0 + 1).remaining, 98);
+        // Nine windows are more than a log records under (RL.SLIDE refuses them).
+        let nine: Vec<Window> = (1..=9).map(|k| w(100, k * 1000)).collect();
+        assert!(!log.record(T0 + 2, &nine, 1));
+        assert_eq!(log.len(), 2);
     }
 
     #[derive(Clone, Debug)]

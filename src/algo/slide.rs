@@ -607,7 +607,7 @@ impl SlidingLog {
     /// stored windows added when the call's are shorter (the newest record being their last
     /// use as far as records go), less what the call's windows dominate or what has passed.
     fn retention_after(&self, now: Millis, windows: &[Window]) -> Front {
-        if matches!(self.body, Body::Small(_)) && self.same_windows(windows) {
+        if self.retention().is_empty() && self.same_windows(windows) {
             // No retention, and the same windows add none: the common call.
             return Front::default();
         }

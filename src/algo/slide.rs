@@ -156,9 +156,12 @@ impl Body {
     }
 
     /// See [`Chunks::leading`].
-    fn leading(&self, pred: impl FnMut(&Entry) -> bool) -> usize {
+    fn leading(&self, mut pred: impl FnMut(&Entry) -> bool) -> usize {
         match self {
-            Body::Small(s) => s.entries().partition_point(pred),
+            Body::Small(s) => match s.entries().first() {
+                Some(e) if !pred(e) => 0,
+                _ => s.entries().partition_point(pred),
+            },
             Body::Big(b) => b.entries.leading(pred),
         }
     }
@@ -573,7 +576,8 @@ impl SlidingLog {
     /// The first entry inside `(now - window, now]` and the units from there on.
     fn used(&self, now: Millis, window_ms: u64) -> (usize, u64) {
         let start = match now.checked_sub(window_ms) {
-            Some(edge) => self.body.partition_point(|e| self.ts(e) <= edge),
+            // O(1) while the oldest record is still in the window (the usual case).
+            Some(edge) => self.body.leading(|e| self.ts(e) <= edge),
             None => 0,
         };
         (start, self.prefix(self.body.len()) - self.prefix(start))
@@ -589,7 +593,7 @@ impl SlidingLog {
         // The entry whose departure brings the window down far enough.
         let j = self
             .body
-            .partition_point(|e| self.units_through(e) < target);
+            .leading(|e| self.units_through(e) < target);
         match self.body.get(j) {
             Some(e) => Wait::Ms((self.ts(e) + w.window_ms).saturating_sub(now)),
             None => Wait::Never, // unreachable while must_leave <= used

@@ -591,9 +591,7 @@ impl SlidingLog {
         let must_leave = used + cost - w.limit;
         let target = self.prefix(start) + must_leave;
         // The entry whose departure brings the window down far enough.
-        let j = self
-            .body
-            .leading(|e| self.units_through(e) < target);
+        let j = self.body.leading(|e| self.units_through(e) < target);
         match self.body.get(j) {
             Some(e) => Wait::Ms((self.ts(e) + w.window_ms).saturating_sub(now)),
             None => Wait::Never, // unreachable while must_leave <= used

@@ -173,11 +173,20 @@ fn rate<A: AsBytes>(args: &[A], allowed: &[Opt]) -> Result<(u64, u64, Parsed), E
 
 pub fn slide<A: AsBytes>(args: &[A]) -> Result<Slide, Error> {
     let rest = args.get(2..).ok_or(Error::Arity)?;
-    // Positional pairs run up to the first word that is not a number.
-    let positional = rest
-        .iter()
-        .position(|a| a.as_bytes().first().is_some_and(u8::is_ascii_alphabetic))
-        .unwrap_or(rest.len());
+    // Positional pairs run up to the first word that is not a number. Their bytes are
+    // kept as they are found (reading an argument's bytes is a call into Redis).
+    let mut words: [&[u8]; 2 * MAX_WINDOWS] = [&[]; 2 * MAX_WINDOWS];
+    let mut positional = rest.len();
+    for (i, a) in rest.iter().enumerate() {
+        let bytes = a.as_bytes();
+        if bytes.first().is_some_and(u8::is_ascii_alphabetic) {
+            positional = i;
+            break;
+        }
+        if let Some(word) = words.get_mut(i) {
+            *word = bytes;
+        }
+    }
     let (pairs, opts) = rest.split_at(positional);
     if pairs.is_empty() {
         // `RL.SLIDE k abc 1000` or `RL.SLIDE k COST 1`: the limit is what is wrong.
@@ -197,6 +206,8 @@ pub fn slide<A: AsBytes>(args: &[A]) -> Result<Slide, Error> {
         }; MAX_WINDOWS],
         len: 0,
     };
+    // At most 2 * MAX_WINDOWS pairs' words, checked above.
+    let pairs = words.get(..pairs.len()).unwrap_or_default();
     for pair in pairs.chunks_exact(2) {
         windows.items[windows.len] = Window {
             limit: int(&pair[0], "limit", 1, MAX_LIMIT)?,

@@ -209,17 +209,21 @@ fn limit<L: Limit, A: AsBytes>(
         }
         None => (created.insert(fresh()), false),
     };
-    // Storing a new value drops the key's TTL, so it must be set again.
-    let before = if in_key { limiter.empty_at() } else { None };
     let behind = limiter.latest().saturating_sub(clock.caller);
     let now = clock.caller;
-    let decision = limiter.acquire(now, params, cost).seen_from_behind(behind);
+    // `Limit::acquire`, with the limiter's empty time read in between, only for a call
+    // that records: refused and `COST 0` calls change nothing and need no more.
+    let decision = limiter.evaluate(now, params, cost).seen_from_behind(behind);
     // Decided elsewhere: an effect, or a command of the older form (which always carries
     // NOW) from the primary or the AOF. Refused calls without NOW skip the flags lookup.
     let decided = || call.mode == Mode::Apply || (call.now.is_some() && applying_decided(ctx));
-    let changed =
-        cost > 0 && (decision.allowed || (decided() && limiter.record(now, params, cost)));
-    if !changed {
+    if cost == 0 || !(decision.allowed || decided()) {
+        return Ok(Reply::Decision(decision));
+    }
+    // Storing a new value drops the key's TTL, so it must be set again.
+    let before = if in_key { limiter.empty_at() } else { None };
+    let recorded = limiter.record(now, params, cost);
+    if !decision.allowed && !recorded {
         return Ok(Reply::Decision(decision));
     }
     let (at, empty_at) = (limiter.latest(), limiter.empty_at());

@@ -356,7 +356,7 @@ impl Limiter {
         match self {
             Limiter::Slide(log) => {
                 put_varint(&mut out, log.latest());
-                put_windows(&mut out, log.windows());
+                put_windows(&mut out, &log.windows());
                 put_retention(&mut out);
                 put_varint(&mut out, log.len() as u64);
                 let mut prev = 0;
@@ -1005,14 +1005,22 @@ mod tests {
                 let mut held = borrow_raw(raw).unwrap();
                 let log = held.slide_mut().unwrap();
                 assert!(log.acquire(T0 + 302, &ws, 1).allowed);
-                // The log's box, its windows, its retention (the 60 s window, used before
-                // this call's 1 s), its one chunk and the chunks' index.
-                assert_eq!(held.allocations(), 5);
+                // A retention (the 60 s window, used before this call's 1 s) spills the
+                // log: its box, the spilled box (windows and retention), one chunk and the
+                // chunks' index.
+                assert_eq!(held.allocations(), 4);
             }
             let mut log = from_raw(raw);
             assert_eq!(log.peek(T0 + 302).remaining, 4);
             assert_eq!(log.slide_mut().map(|l| l.len()), Some(5));
         }
+        // A small log is its box alone: windows and records inside, 96 bytes.
+        let mut small = SlidingLog::new(&ws);
+        assert!(small.acquire(T0, &ws, 1).allowed);
+        let small = Limiter::Slide(Box::new(small));
+        assert_eq!(small.allocations(), 1);
+        assert_eq!(small.mem_usage(), VALUE_OBJECT + 96);
+        assert_eq!(Limiter::decode(&small.encode()).unwrap().allocations(), 1);
     }
 
     #[test]

@@ -389,12 +389,9 @@ impl SubWindow {
             return None;
         }
         let (from, before) = self.ring_runs(first, last);
-        match from.iter().position(|&c| c != 0) {
+        match first_nonzero(from) {
             Some(i) => Some(first + i as u64),
-            None => before
-                .iter()
-                .position(|&c| c != 0)
-                .map(|i| first + (from.len() + i) as u64),
+            None => first_nonzero(before).map(|i| first + (from.len() + i) as u64),
         }
     }
 
@@ -483,8 +480,16 @@ impl SubWindow {
             return None;
         }
         let (oldest, newest) = self.span();
-        let back = self.ring(oldest, newest).rev().position(|c| c > 0)?;
-        Some(newest - back as u64)
+        if self.word(self.slot(newest)) != 0 {
+            // The latest sub-interval counts units: the usual case, no scan.
+            return Some(newest);
+        }
+        let (from, before) = self.ring_runs(oldest, newest);
+        let at = match last_nonzero(before) {
+            Some(i) => from.len() + i,
+            None => last_nonzero(from)?,
+        };
+        Some(oldest + at as u64)
     }
 
     /// The ring a call at `now` (not before `latest`) under `p` needs: `p`'s window, or
@@ -530,6 +535,16 @@ impl SubWindow {
     fn advance(&mut self, now: Millis) {
         let (from, to) = (self.index(self.latest()), self.index(now));
         let cleared = (to - from).min(self.ring_n() + 1);
+        if cleared == self.ring_n() + 1 {
+            // The whole ring has passed (as for a new window): clear it at once.
+            let start = self.counters_start();
+            if let Some(counters) = self.words.get_mut(start..) {
+                counters.fill(0);
+            }
+            self.put(TOTAL, 0);
+            self.set_latest(now);
+            return;
+        }
         let mut total = self.word(TOTAL);
         for i in (to + 1 - cleared)..=to {
             total -= self.word(self.slot(i)).min(total);
@@ -576,6 +591,38 @@ impl SubWindow {
     pub fn heap_size(&self) -> usize {
         std::mem::size_of_val(&*self.words)
     }
+}
+
+/// Counters checked at once by the scans: an OR of a block vectorises, where a search for
+/// the first non-zero counter goes one by one.
+const SCAN_BLOCK: usize = 16;
+
+/// The index of the first non-zero counter of `run`.
+fn first_nonzero(run: &[u32]) -> Option<usize> {
+    let mut blocks = run.chunks_exact(SCAN_BLOCK);
+    let mut base = 0;
+    for block in &mut blocks {
+        if block.iter().fold(0, |a, &c| a | c) != 0 {
+            return block.iter().position(|&c| c != 0).map(|i| base + i);
+        }
+        base += SCAN_BLOCK;
+    }
+    let rest = blocks.remainder();
+    rest.iter().position(|&c| c != 0).map(|i| base + i)
+}
+
+/// The index of the last non-zero counter of `run`.
+fn last_nonzero(run: &[u32]) -> Option<usize> {
+    let mut blocks = run.rchunks_exact(SCAN_BLOCK);
+    let mut end = run.len();
+    for block in &mut blocks {
+        end -= SCAN_BLOCK;
+        if block.iter().fold(0, |a, &c| a | c) != 0 {
+            return block.iter().rposition(|&c| c != 0).map(|i| end + i);
+        }
+    }
+    let rest = blocks.remainder();
+    rest.iter().rposition(|&c| c != 0)
 }
 
 /// `ceil(trail * (res - 1 - offset) / res)`: the trailing units the window still counts.
@@ -629,6 +676,21 @@ impl Limit for SubWindow {
             return false;
         }
         let current = self.index(now);
+        if plan.is_none() && current == self.index(self.latest()) {
+            // The same shape, in the latest sub-interval (the usual call): nothing leaves.
+            let slot = self.slot(current);
+            let (Ok(count), Ok(total)) = (
+                u32::try_from(u64::from(self.word(slot)) + cost),
+                u32::try_from(self.total() + cost),
+            ) else {
+                return false;
+            };
+            self.put(slot, count);
+            self.put(TOTAL, total);
+            self.put(LIMIT, p.limit as u32);
+            self.set_latest(now);
+            return true;
+        }
         // What the ring holds once moved to `now`, plus the cost.
         let passed = (current - self.index(self.latest())).min(self.ring_n() + 1);
         let leaving = self.ring_sum(current + 1 - passed, current);
@@ -1057,6 +1119,15 @@ mod tests {
     }
 
     proptest! {
+        /// The block scans find what a counter-by-counter search finds.
+        #[test]
+        fn scans_find_the_first_and_last_counted(
+            run in prop::collection::vec(prop_oneof![4 => Just(0u32), 1 => 1u32..5], 0..80),
+        ) {
+            prop_assert_eq!(first_nonzero(&run), run.iter().position(|&c| c != 0));
+            prop_assert_eq!(last_nonzero(&run), run.iter().rposition(|&c| c != 0));
+        }
+
         /// Windows that change from call to call, at one resolution: each call counts at
         /// least what the rule keeps and at most everything ever recorded, so it allows
         /// whatever keeping everything would, and nothing the rule refuses. Once one window

@@ -196,7 +196,7 @@ impl Limiter {
     /// nothing (`RL.PEEK key COST n`).
     pub fn peek_cost(&self, now: Millis, cost: u64) -> Decision {
         match self {
-            Limiter::Slide(log) => log.evaluate(now, log.windows(), cost),
+            Limiter::Slide(log) => log.evaluate(now, &log.windows(), cost),
             Limiter::Token(g) | Limiter::Leaky(g) => g.evaluate(now, &g.params(), cost),
             Limiter::Fixed(w) => w.evaluate(now, &w.params(), cost),
             Limiter::Subwin(w) => w.evaluate(now, &w.params(), cost),
@@ -222,7 +222,7 @@ impl Limiter {
     pub fn charge(&mut self, now: Millis, units: u64) -> Option<Decision> {
         match self {
             Limiter::Slide(log) => {
-                let windows: Box<[Window]> = log.windows().into();
+                let windows = log.windows();
                 log.charge(now, &windows, units)
             }
             Limiter::Token(g) | Limiter::Leaky(g) => {

@@ -60,9 +60,9 @@ impl Spec {
         }
     }
 
-    /// The spec's cost at `now` against `limiter`; `None` for a limiter of another kind.
-    fn evaluate(&self, limiter: &Limiter, now: Millis) -> Option<Decision> {
-        let cost = self.cost;
+    /// `cost` units of the spec at `now` against `limiter`; `None` for a limiter of another
+    /// kind.
+    fn evaluate(&self, limiter: &Limiter, now: Millis, cost: u64) -> Option<Decision> {
         Some(match (&self.params, limiter) {
             (SpecParams::Slide(w), Limiter::Slide(l)) => l.evaluate(now, w.as_slice(), cost),
             (SpecParams::Token(p), Limiter::Token(g)) => g.evaluate(now, p, cost),
@@ -114,7 +114,8 @@ impl Target<'_> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Outcome {
     /// Its own five fields: waits and reset from the caller's time, as its own command
-    /// replies.
+    /// replies. When the call is refused, one that would have allowed answers as its own
+    /// command with `COST 0` (allowed, and its state as it stands: nothing was taken).
     pub decision: Decision,
     /// It recorded its cost (the call was allowed and the cost is above 0).
     pub changed: bool,
@@ -137,8 +138,9 @@ pub struct Combined {
 }
 
 /// Decides `specs[i]` against `targets[i]` at `now` (the caller's time), all or nothing: when
-/// every limiter allows, each records its cost; otherwise none changes. A target of another
-/// kind than its spec is an error naming its index, before anything changes.
+/// every limiter allows, each records its cost; otherwise none changes, and each limiter's
+/// fields say whether it would have allowed and show its state without the request. A target
+/// of another kind than its spec is an error naming its index, before anything changes.
 pub fn acquire(
     targets: &mut [Target],
     specs: &[Spec],
@@ -163,7 +165,7 @@ pub fn acquire(
         let limiter = t.get();
         let behind = limiter.latest().saturating_sub(now);
         let decision = spec
-            .evaluate(limiter, now)
+            .evaluate(limiter, now, spec.cost)
             .ok_or((each.len(), Error::Internal("RL.ALL")))?
             .seen_from_behind(behind);
         each.push(Outcome {
@@ -184,6 +186,19 @@ pub fn acquire(
             o.changed = true;
             (o.latest, o.empty_at) = (limiter.latest(), limiter.empty_at());
             o.decision = o.decision.resetting_at(o.empty_at, now);
+        }
+    } else {
+        // Nothing is taken: a limiter that would have allowed answers its state as it stands,
+        // as its own command with `COST 0` would (a refusing one already does).
+        for ((t, spec), o) in targets.iter().zip(specs).zip(&mut each) {
+            if !o.decision.allowed || spec.cost == 0 {
+                continue;
+            }
+            let limiter = t.get();
+            let behind = limiter.latest().saturating_sub(now);
+            if let Some(state) = spec.evaluate(limiter, now, 0) {
+                o.decision = state.seen_from_behind(behind);
+            }
         }
     }
     let decisions: Vec<Decision> = each.iter().map(|o| o.decision).collect();
@@ -367,7 +382,11 @@ mod tests {
         let before = encoded(&keys);
         let refused = call(&mut keys, &s, T0 + 2);
         assert_eq!(refused.decision.as_reply(), [0, 2, 0, 59998, 59999]);
-        assert!(refused.each[1].decision.allowed);
+        // The tokens say they would have allowed, and show what they hold.
+        assert_eq!(
+            refused.each[1].decision.as_reply(),
+            [1, 10000, 4000, 0, 35998]
+        );
         assert!(refused.each.iter().all(|o| !o.changed));
         assert_eq!(encoded(&keys), before);
     }
@@ -495,6 +514,7 @@ mod tests {
                     .map(|(k, spec)| single(k.as_ref(), spec, now))
                     .collect();
                 let before = encoded(&state);
+                let before_state = state.clone();
                 let got = call(&mut state, &s, now);
                 let all_allow = model.iter().all(|(_, d)| d.allowed);
                 prop_assert_eq!(got.decision.allowed, all_allow);
@@ -512,13 +532,15 @@ mod tests {
                     }
                 } else {
                     prop_assert_eq!(encoded(&state), before);
-                    for ((_, d), o) in model.iter().zip(&got.each) {
-                        // A refusing limiter answers as its own command; one that allows
-                        // recorded nothing here, where its own command would have.
+                    for (i, ((_, d), o)) in model.iter().zip(&got.each).enumerate() {
+                        // A refusing limiter answers as its own command; one that would
+                        // have allowed took nothing, and answers as its own command with
+                        // COST 0 (its state as it stands).
                         prop_assert_eq!(d.allowed, o.decision.allowed);
                         if d.allowed {
-                            prop_assert_eq!(d.limit, o.decision.limit);
-                            prop_assert!(o.decision.remaining >= d.remaining);
+                            let peek = Spec { cost: 0, ..s[i] };
+                            let (_, state) = single(before_state[i].as_ref(), &peek, now);
+                            prop_assert_eq!(&o.decision, &state, "limiter {} in {} at {}", i, &line, now);
                         } else {
                             prop_assert_eq!(&o.decision, d);
                         }

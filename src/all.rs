@@ -11,8 +11,10 @@ use crate::algo::fixed::FixedWindow;
 use crate::algo::gcra::Gcra;
 use crate::algo::slide::SlidingLog;
 use crate::algo::subwin::SubWindow;
+use smallvec::SmallVec;
+
 use crate::algo::{Decision, Limit, Millis, Wait};
-use crate::args::{Spec, SpecParams};
+use crate::args::{Spec, SpecParams, ALL_INLINE_KEYS};
 use crate::error::Error;
 use crate::value::{Kind, Limiter};
 
@@ -128,24 +130,21 @@ pub struct Outcome {
     pub empty_at: Option<Millis>,
 }
 
-/// The outcome of a whole call.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Combined {
-    /// The five fields that answer the call (see [`combine`]).
-    pub decision: Decision,
-    /// Each limiter's, in key order.
-    pub each: Vec<Outcome>,
-}
+/// Each limiter's outcome in key order; up to [`ALL_INLINE_KEYS`] without allocating.
+pub type Outcomes = SmallVec<[Outcome; ALL_INLINE_KEYS]>;
 
 /// Decides `specs[i]` against `targets[i]` at `now` (the caller's time), all or nothing: when
 /// every limiter allows, each records its cost; otherwise none changes, and each limiter's
-/// fields say whether it would have allowed and show its state without the request. A target
-/// of another kind than its spec is an error naming its index, before anything changes.
+/// fields say whether it would have allowed and show its state without the request. Returns
+/// the five fields that answer the call (see [`combine`]) and leaves each limiter's outcome in
+/// `each` (filled in place: no copy of the outcomes on the way out). A target of another kind
+/// than its spec is an error naming its index, before anything changes.
 pub fn acquire(
     targets: &mut [Target],
     specs: &[Spec],
     now: Millis,
-) -> Result<Combined, (usize, Error)> {
+    each: &mut Outcomes,
+) -> Result<Decision, (usize, Error)> {
     for (i, (t, spec)) in targets.iter().zip(specs).enumerate() {
         let held = t.get().kind();
         if held != spec.kind() {
@@ -153,7 +152,7 @@ pub fn acquire(
             return Err((i, Error::OtherKind { held, wanted }));
         }
     }
-    let mut each = Vec::with_capacity(targets.len());
+    each.clear();
     for (t, spec) in targets.iter_mut().zip(specs) {
         let mut before = None;
         if let Target::Held(held) = t {
@@ -164,10 +163,10 @@ pub fn acquire(
         }
         let limiter = t.get();
         let behind = limiter.latest().saturating_sub(now);
-        let decision = spec
-            .evaluate(limiter, now, spec.cost)
-            .ok_or((each.len(), Error::Internal("RL.ALL")))?
-            .seen_from_behind(behind);
+        let Some(decision) = spec.evaluate(limiter, now, spec.cost) else {
+            return Err((each.len(), Error::Internal("RL.ALL")));
+        };
+        let decision = decision.seen_from_behind(behind);
         each.push(Outcome {
             decision,
             changed: false,
@@ -177,7 +176,7 @@ pub fn acquire(
         });
     }
     if each.iter().all(|o| o.decision.allowed) {
-        for ((t, spec), o) in targets.iter_mut().zip(specs).zip(&mut each) {
+        for ((t, spec), o) in targets.iter_mut().zip(specs).zip(each.iter_mut()) {
             if spec.cost == 0 {
                 continue;
             }
@@ -190,7 +189,7 @@ pub fn acquire(
     } else {
         // Nothing is taken: a limiter that would have allowed answers its state as it stands,
         // as its own command with `COST 0` would (a refusing one already does).
-        for ((t, spec), o) in targets.iter().zip(specs).zip(&mut each) {
+        for ((t, spec), o) in targets.iter().zip(specs).zip(each.iter_mut()) {
             if !o.decision.allowed || spec.cost == 0 {
                 continue;
             }
@@ -201,11 +200,9 @@ pub fn acquire(
             }
         }
     }
-    let decisions: Vec<Decision> = each.iter().map(|o| o.decision).collect();
-    Ok(Combined {
-        decision: combine(&decisions),
-        each,
-    })
+    let decisions: SmallVec<[Decision; ALL_INLINE_KEYS]> =
+        each.iter().map(|o| o.decision).collect();
+    Ok(combine(&decisions))
 }
 
 /// How long a wait is, for comparing: never is the longest.
@@ -275,7 +272,7 @@ mod tests {
 
     fn specs(line: &str) -> Vec<Spec> {
         let words: Vec<&str> = line.split(' ').collect();
-        args::all(&words).unwrap().specs
+        args::all(&words).unwrap().specs.to_vec()
     }
 
     /// One key's own command, as `commands::limit` runs it: reshape or create, decide,
@@ -337,6 +334,12 @@ mod tests {
         }
     }
 
+    /// The outcome of a whole call.
+    struct Combined {
+        decision: Decision,
+        each: Outcomes,
+    }
+
     /// Runs one call as `commands::all` does, on `keys` (a missing key is `None`).
     fn call(keys: &mut [Option<Limiter>], specs: &[Spec], now: Millis) -> Combined {
         let mut targets: Vec<Target> = keys
@@ -347,7 +350,9 @@ mod tests {
                 None => Target::New(s.fresh()),
             })
             .collect();
-        let combined = acquire(&mut targets, specs, now).unwrap();
+        let mut each = Outcomes::new();
+        let decision = acquire(&mut targets, specs, now, &mut each).unwrap();
+        let combined = Combined { decision, each };
         let created: Vec<Option<Limiter>> = targets
             .into_iter()
             .map(|t| match t {
@@ -403,7 +408,7 @@ mod tests {
                 None => Target::New(s.fresh()),
             })
             .collect();
-        let err = acquire(&mut targets, &s, T0).unwrap_err();
+        let err = acquire(&mut targets, &s, T0, &mut Outcomes::new()).unwrap_err();
         assert_eq!(
             err,
             (

@@ -3,6 +3,8 @@
 //! Parsing works on byte slices so that it is unit-tested without a server; `args[0]` is the
 //! command name and `args[1]` the key in every function here.
 
+use smallvec::SmallVec;
+
 use crate::algo::fixed;
 use crate::algo::gcra::{self, Params, MAX_RATE_LIMIT};
 use crate::algo::slide::{MAX_LIMIT, MAX_WINDOWS, MAX_WINDOW_MS};
@@ -250,6 +252,10 @@ pub fn restore<A: AsBytes>(args: &[A]) -> Result<&[u8], Error> {
 /// this bounds the call's work.
 pub const ALL_MAX_KEYS: u64 = 16;
 
+/// The keys of an `RL.ALL` call kept on the stack (its specs, values and outcomes); a call
+/// with more allocates.
+pub const ALL_INLINE_KEYS: usize = 4;
+
 /// One limiter of an `RL.ALL` call: its kind's parameters, as that kind's own command parses
 /// them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -272,7 +278,7 @@ pub struct Spec {
 #[derive(Debug, PartialEq, Eq)]
 pub struct All<'a, A> {
     pub keys: &'a [A],
-    pub specs: Vec<Spec>,
+    pub specs: SmallVec<[Spec; ALL_INLINE_KEYS]>,
     pub now: Option<Millis>,
 }
 
@@ -335,8 +341,15 @@ pub fn all_keys<A: AsBytes>(args: &[A]) -> std::ops::Range<usize> {
 /// are parsed by their kinds' own parsers, each handed the spec's words as its command's
 /// arguments after the key.
 pub fn all<A: AsBytes>(args: &[A]) -> Result<All<'_, A>, Error> {
-    let n = int(args.get(1).ok_or(Error::Arity)?, "numkeys", 1, ALL_MAX_KEYS)? as usize;
-    let keys = args.get(2..2 + n).ok_or(Error::Arity)?;
+    // `let ... else` rather than `ok_or`: an `Error` made and dropped on every call costs
+    // a call to its destructor.
+    let Some(numkeys) = args.get(1) else {
+        return Err(Error::Arity);
+    };
+    let n = int(numkeys, "numkeys", 1, ALL_MAX_KEYS)? as usize;
+    let Some(keys) = args.get(2..2 + n) else {
+        return Err(Error::Arity);
+    };
     let name = |i: usize| keys.get(i).map_or(&[][..], AsBytes::as_bytes);
     for (i, key) in keys.iter().enumerate() {
         if keys[..i].iter().any(|k| k.as_bytes() == key.as_bytes()) {
@@ -346,13 +359,15 @@ pub fn all<A: AsBytes>(args: &[A]) -> Result<All<'_, A>, Error> {
             ));
         }
     }
-    let mut specs = Vec::with_capacity(n);
+    let mut specs = SmallVec::new();
     let mut at = 2 + n;
     let mut now = None;
     while let Some(word) = args.get(at) {
         let word = word.as_bytes();
         if word.eq_ignore_ascii_case(b"NOW") {
-            let value = args.get(at + 1).ok_or(Error::MissingValue("NOW"))?;
+            let Some(value) = args.get(at + 1) else {
+                return Err(Error::MissingValue("NOW"));
+            };
             now = Some(int(value, "NOW", 0, MAX_TIMESTAMP)?);
             if let Some(extra) = args.get(at + 2) {
                 return Err(Error::InvalidWord(
@@ -506,7 +521,9 @@ fn options<A: AsBytes>(args: &[A], allowed: &[Opt]) -> Result<Parsed, Error> {
             *slot = Some(1);
             continue;
         }
-        let value = it.next().ok_or(Error::MissingValue(label))?;
+        let Some(value) = it.next() else {
+            return Err(Error::MissingValue(label));
+        };
         *slot = Some(int(value, label, min, max)?);
     }
     Ok(parsed)
@@ -520,38 +537,39 @@ fn positional<A: AsBytes>(
     min: u64,
     max: u64,
 ) -> Result<u64, Error> {
-    int(args.get(i).ok_or(Error::Arity)?, name, min, max)
+    match args.get(i) {
+        Some(arg) => int(arg, name, min, max),
+        None => Err(Error::Arity),
+    }
 }
 
 /// A decimal integer in `min..=max`, written the way Redis writes integers.
 fn int<A: AsBytes>(arg: &A, name: &'static str, min: u64, max: u64) -> Result<u64, Error> {
-    let err = Error::Range {
+    // The error is made only when needed: an `Error` has a destructor, and building and
+    // dropping one per digit was a measurable part of parsing a call.
+    let err = || Error::Range {
         arg: name,
         min,
         max,
     };
     let bytes = arg.as_bytes();
     if bytes.is_empty() || bytes.len() > 20 || !bytes.iter().all(u8::is_ascii_digit) {
-        return Err(err);
+        return Err(err());
     }
     if bytes.len() > 1 && bytes[0] == b'0' {
-        return Err(err);
+        return Err(err());
     }
     let mut v: u64 = 0;
     for d in bytes {
         v = v
             .checked_mul(10)
             .and_then(|v| v.checked_add(u64::from(d - b'0')))
-            .ok_or(Error::Range {
-                arg: name,
-                min,
-                max,
-            })?;
+            .ok_or_else(err)?;
     }
     if (min..=max).contains(&v) {
         Ok(v)
     } else {
-        Err(err)
+        Err(err())
     }
 }
 

@@ -57,15 +57,29 @@ impl Line {
 
     /// Appends a number in decimal.
     pub fn number(&mut self, mut v: u64) -> &mut Line {
+        // Two digits per division: half the divisions of one at a time, on every effect's
+        // NOW and on each number `RL.ALL` writes.
+        const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+            2021222324252627282930313233343536373839\
+            4041424344454647484950515253545556575859\
+            6061626364656667686970717273747576777879\
+            8081828384858687888990919293949596979899";
         let mut digits = [0u8; 20];
         let mut i = digits.len();
-        loop {
+        // Each step writes at most two digits and u64 has at most 20: `i` stays in bounds.
+        while v >= 100 {
+            let pair = (v % 100) as usize * 2;
+            v /= 100;
+            i -= 2;
+            digits[i..i + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        }
+        if v >= 10 {
+            let pair = v as usize * 2;
+            i -= 2;
+            digits[i..i + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        } else {
             i -= 1;
-            digits[i] = b'0' + (v % 10) as u8;
-            v /= 10;
-            if v == 0 {
-                break;
-            }
+            digits[i] = b'0' + v as u8;
         }
         self.word(&digits[i..])
     }
@@ -175,6 +189,29 @@ mod tests {
         let mut line = Line::new("X");
         line.number(0).number(u64::MAX);
         assert_eq!(line.as_bytes().unwrap(), b"X 0 18446744073709551615");
+    }
+
+    #[test]
+    fn numbers_of_every_length_are_decimal() {
+        let mut v = 1u64;
+        for _ in 0..20 {
+            for n in [v - 1, v, v.saturating_add(1), v.saturating_mul(9)] {
+                let mut line = Line::new("X");
+                line.number(n);
+                assert_eq!(line.as_bytes().unwrap(), format!("X {n}").as_bytes());
+            }
+            v = v.saturating_mul(10);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn any_number_is_decimal(n in any::<u64>()) {
+            let mut line = Line::new("X");
+            line.number(n);
+            let want = format!("X {n}");
+            prop_assert_eq!(line.as_bytes().unwrap(), want.as_bytes());
+        }
     }
 
     #[test]

@@ -8,16 +8,17 @@
 //! command in MULTI/EXEC, so replicas and the AOF apply the whole decision or none of it.
 
 use redis_module::Context;
+use smallvec::SmallVec;
 
 use super::{clock, propagate, replicate_expiry, settle, Mode};
-use crate::all::{self, Combined, Target};
-use crate::api::{Arg, Reply};
-use crate::args::{self, AsBytes, Spec, SpecParams};
+use crate::all::{self, Outcomes, Target};
+use crate::api::{AllReply, Arg};
+use crate::args::{self, AsBytes, Spec, SpecParams, ALL_INLINE_KEYS};
 use crate::effect::Line;
 use crate::error::Error;
 use crate::store::Key;
 
-pub fn all(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
+pub fn all(ctx: &Context, args: &[Arg]) -> Result<AllReply, Error> {
     let req = args::all(args)?;
     let clock = clock(ctx, req.now, Mode::Decide)?;
     let names = req.keys;
@@ -25,33 +26,33 @@ pub fn all(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
         Some(name) => Error::for_key(name.as_bytes(), e),
         None => e,
     };
-    let mut keys: Vec<Key> = names.iter().map(|&n| Key::open(ctx, n, true)).collect();
+    // Up to ALL_INLINE_KEYS keys, everything below stays on the stack.
+    let mut keys: SmallVec<[Key; ALL_INLINE_KEYS]> =
+        names.iter().map(|&n| Key::open(ctx, n, true)).collect();
+    let mut each = Outcomes::new();
     // Phase one borrows every key's value; it ends with the new values to store.
-    let (combined, mut created) = {
-        let mut held = Vec::with_capacity(keys.len());
-        for (i, key) in keys.iter_mut().enumerate() {
-            held.push(key.limiter().map_err(|e| named(i, e))?);
-        }
-        let mut targets: Vec<Target> = held
-            .iter_mut()
-            .zip(&req.specs)
-            .map(|(h, spec)| match h {
-                Some(h) => Target::Held(h),
-                None => Target::New(spec.fresh()),
-            })
-            .collect();
-        let combined =
-            all::acquire(&mut targets, &req.specs, clock.caller).map_err(|(i, e)| named(i, e))?;
-        let created: Vec<_> = targets
-            .into_iter()
-            .map(|t| match t {
-                Target::New(l) => Some(l),
-                Target::Held(_) => None,
-            })
-            .collect();
-        (combined, created)
-    };
-    let Combined { decision, each } = combined;
+    let mut held: SmallVec<[_; ALL_INLINE_KEYS]> = SmallVec::new();
+    for (i, key) in keys.iter_mut().enumerate() {
+        held.push(key.limiter().map_err(|e| named(i, e))?);
+    }
+    let mut targets: SmallVec<[Target; ALL_INLINE_KEYS]> = held
+        .iter_mut()
+        .zip(&req.specs)
+        .map(|(h, spec)| match h {
+            Some(h) => Target::Held(h),
+            None => Target::New(spec.fresh()),
+        })
+        .collect();
+    let decision = all::acquire(&mut targets, &req.specs, clock.caller, &mut each)
+        .map_err(|(i, e)| named(i, e))?;
+    let mut created: SmallVec<[_; ALL_INLINE_KEYS]> = targets
+        .into_iter()
+        .map(|t| match t {
+            Target::New(l) => Some(l),
+            Target::Held(_) => None,
+        })
+        .collect();
+    drop(held);
     for (i, outcome) in each.iter().enumerate() {
         if !outcome.changed {
             continue;
@@ -71,10 +72,10 @@ pub fn all(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
         });
         replicate_expiry(ctx, name, clock.lag, expiry);
     }
-    Ok(Reply::All(
+    Ok(AllReply {
         decision,
-        each.into_iter().map(|o| o.decision).collect(),
-    ))
+        each: each.iter().map(|o| o.decision).collect(),
+    })
 }
 
 /// The words of the spec's own command after its key, as that command propagates them:

@@ -11,6 +11,8 @@ use crate::algo::fixed::FixedWindow;
 use crate::algo::gcra::Gcra;
 use crate::algo::slide::SlidingLog;
 use crate::algo::subwin::SubWindow;
+use std::ops::DerefMut;
+
 use smallvec::SmallVec;
 
 use crate::algo::{Decision, Limit, Millis, Wait};
@@ -91,12 +93,13 @@ impl Spec {
 
 /// One limiter of a call: the one a key holds, changed in place, or a new one (for a missing
 /// key, or a stored one reshaped) that the caller stores when the call changed it.
-pub enum Target<'a> {
-    Held(&'a mut Limiter),
+pub enum Target<H> {
+    /// The key's own limiter (`H` lends it: `&mut Limiter`, or the store's borrow of it).
+    Held(H),
     New(Limiter),
 }
 
-impl Target<'_> {
+impl<H: DerefMut<Target = Limiter>> Target<H> {
     fn get(&self) -> &Limiter {
         match self {
             Target::Held(l) => l,
@@ -119,7 +122,8 @@ pub struct Outcome {
     /// replies. When the call is refused, one that would have allowed answers as its own
     /// command with `COST 0` (allowed, and its state as it stands: nothing was taken).
     pub decision: Decision,
-    /// It recorded its cost (the call was allowed and the cost is above 0).
+    /// It recorded its cost (the call was allowed and the cost is above 0). The three
+    /// fields below are set for a changed limiter only.
     pub changed: bool,
     /// When it was back to empty before the call, for a limiter changed in place (`None`
     /// for a new one, whose key gets its expiry set in any case).
@@ -139,8 +143,8 @@ pub type Outcomes = SmallVec<[Outcome; ALL_INLINE_KEYS]>;
 /// the five fields that answer the call (see [`combine`]) and leaves each limiter's outcome in
 /// `each` (filled in place: no copy of the outcomes on the way out). A target of another kind
 /// than its spec is an error naming its index, before anything changes.
-pub fn acquire(
-    targets: &mut [Target],
+pub fn acquire<H: DerefMut<Target = Limiter>>(
+    targets: &mut [Target<H>],
     specs: &[Spec],
     now: Millis,
     each: &mut Outcomes,
@@ -154,31 +158,31 @@ pub fn acquire(
     }
     each.clear();
     for (t, spec) in targets.iter_mut().zip(specs) {
-        let mut before = None;
         if let Target::Held(held) = t {
-            match spec.reshaped(held, now) {
-                Some(new) => *t = Target::New(new),
-                None => before = held.empty_at(),
+            if let Some(new) = spec.reshaped(held, now) {
+                *t = Target::New(new);
             }
         }
         let limiter = t.get();
-        let behind = limiter.latest().saturating_sub(now);
+        let latest = limiter.latest();
         let Some(decision) = spec.evaluate(limiter, now, spec.cost) else {
             return Err((each.len(), Error::Internal("RL.ALL")));
         };
-        let decision = decision.seen_from_behind(behind);
         each.push(Outcome {
-            decision,
+            decision: decision.seen_from_behind(latest.saturating_sub(now)),
             changed: false,
-            before,
-            latest: limiter.latest(),
-            empty_at: limiter.empty_at(),
+            before: None,
+            latest,
+            empty_at: None,
         });
     }
     if each.iter().all(|o| o.decision.allowed) {
         for ((t, spec), o) in targets.iter_mut().zip(specs).zip(each.iter_mut()) {
             if spec.cost == 0 {
                 continue;
+            }
+            if let Target::Held(held) = t {
+                o.before = held.empty_at();
             }
             let limiter = t.get_mut();
             spec.record(limiter, now);
@@ -200,9 +204,7 @@ pub fn acquire(
             }
         }
     }
-    let decisions: SmallVec<[Decision; ALL_INLINE_KEYS]> =
-        each.iter().map(|o| o.decision).collect();
-    Ok(combine(&decisions))
+    Ok(combine(each.iter().map(|o| &o.decision)))
 }
 
 /// How long a wait is, for comparing: never is the longest.
@@ -223,29 +225,27 @@ fn wait_rank(w: Wait) -> (u8, u64) {
 ///   tie), and the longest retry_after among them all (only a leaky bucket asks an allowed
 ///   call to wait, and the caller must wait for it);
 /// - reset_after_ms: the longest, when every limiter is back to empty.
-pub fn combine(decisions: &[Decision]) -> Decision {
-    let allowed = decisions.iter().all(|d| d.allowed);
-    let reset_after_ms = decisions.iter().map(|d| d.reset_after_ms).max();
-    let longest_wait = |ds: &mut dyn Iterator<Item = &Decision>| {
-        ds.fold(None::<&Decision>, |best, d| match best {
-            Some(b) if wait_rank(b.retry_after) >= wait_rank(d.retry_after) => Some(b),
-            _ => Some(d),
-        })
-        .copied()
-    };
+pub fn combine<'a, I>(decisions: I) -> Decision
+where
+    I: IntoIterator<Item = &'a Decision>,
+    I::IntoIter: Clone,
+{
+    let decisions = decisions.into_iter();
+    let allowed = decisions.clone().all(|d| d.allowed);
+    let reset_after_ms = decisions.clone().map(|d| d.reset_after_ms).max();
     let decided = if allowed {
         let least = decisions
-            .iter()
+            .clone()
             .fold(None::<&Decision>, |best, d| match best {
                 Some(b) if b.remaining <= d.remaining => Some(b),
                 _ => Some(d),
             });
-        least.copied().map(|d| Decision {
-            retry_after: longest_wait(&mut decisions.iter()).map_or(Wait::None, |w| w.retry_after),
-            ..d
+        least.map(|d| Decision {
+            retry_after: longest_wait(decisions).map_or(Wait::None, |w| w.retry_after),
+            ..*d
         })
     } else {
-        longest_wait(&mut decisions.iter().filter(|d| !d.allowed))
+        longest_wait(decisions.filter(|d| !d.allowed)).copied()
     };
     let d = decided.unwrap_or(Decision {
         allowed: true,
@@ -261,6 +261,14 @@ pub fn combine(decisions: &[Decision]) -> Decision {
     }
 }
 
+/// The decision that needs the longest wait (the first on a tie).
+fn longest_wait<'a>(ds: impl Iterator<Item = &'a Decision>) -> Option<&'a Decision> {
+    ds.fold(None::<&Decision>, |best, d| match best {
+        Some(b) if wait_rank(b.retry_after) >= wait_rank(d.retry_after) => Some(b),
+        _ => Some(d),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,7 +280,9 @@ mod tests {
 
     fn specs(line: &str) -> Vec<Spec> {
         let words: Vec<&str> = line.split(' ').collect();
-        args::all(&words).unwrap().specs.to_vec()
+        let mut specs = args::Specs::new();
+        args::all(&words, &mut specs).unwrap();
+        specs.to_vec()
     }
 
     /// One key's own command, as `commands::limit` runs it: reshape or create, decide,
@@ -342,7 +352,7 @@ mod tests {
 
     /// Runs one call as `commands::all` does, on `keys` (a missing key is `None`).
     fn call(keys: &mut [Option<Limiter>], specs: &[Spec], now: Millis) -> Combined {
-        let mut targets: Vec<Target> = keys
+        let mut targets: Vec<Target<&mut Limiter>> = keys
             .iter_mut()
             .zip(specs)
             .map(|(k, s)| match k {
@@ -400,7 +410,7 @@ mod tests {
     fn another_kind_is_an_error_naming_its_index() {
         let s = specs("RL.ALL 2 a b TOKEN 5 1000 FIXED 5 1000");
         let mut keys = [None, Some(s[0].fresh())];
-        let mut targets: Vec<Target> = keys
+        let mut targets: Vec<Target<&mut Limiter>> = keys
             .iter_mut()
             .zip(&s)
             .map(|(k, s)| match k {

@@ -274,11 +274,14 @@ pub struct Spec {
     pub cost: u64,
 }
 
-/// `RL.ALL numkeys key [key ...] spec [spec ...] [NOW ms]`, a spec per key in key order.
+/// The specs of one `RL.ALL` call, in key order; up to [`ALL_INLINE_KEYS`] on the stack.
+pub type Specs = SmallVec<[Spec; ALL_INLINE_KEYS]>;
+
+/// `RL.ALL numkeys key [key ...] spec [spec ...] [NOW ms]`, a spec per key in key order (the
+/// specs go to the caller's [`Specs`], which is not moved on the way out).
 #[derive(Debug, PartialEq, Eq)]
 pub struct All<'a, A> {
     pub keys: &'a [A],
-    pub specs: SmallVec<[Spec; ALL_INLINE_KEYS]>,
     pub now: Option<Millis>,
 }
 
@@ -340,7 +343,7 @@ pub fn all_keys<A: AsBytes>(args: &[A]) -> std::ops::Range<usize> {
 /// Parses `RL.ALL`. An error about one spec names its key ([`Error::ForKey`]). The specs
 /// are parsed by their kinds' own parsers, each handed the spec's words as its command's
 /// arguments after the key.
-pub fn all<A: AsBytes>(args: &[A]) -> Result<All<'_, A>, Error> {
+pub fn all<'a, A: AsBytes>(args: &'a [A], specs: &mut Specs) -> Result<All<'a, A>, Error> {
     // `let ... else` rather than `ok_or`: an `Error` made and dropped on every call costs
     // a call to its destructor.
     let Some(numkeys) = args.get(1) else {
@@ -359,7 +362,7 @@ pub fn all<A: AsBytes>(args: &[A]) -> Result<All<'_, A>, Error> {
             ));
         }
     }
-    let mut specs = SmallVec::new();
+    specs.clear();
     let mut at = 2 + n;
     let mut now = None;
     while let Some(word) = args.get(at) {
@@ -429,7 +432,7 @@ pub fn all<A: AsBytes>(args: &[A]) -> Result<All<'_, A>, Error> {
             specs: specs.len(),
         });
     }
-    Ok(All { keys, specs, now })
+    Ok(All { keys, now })
 }
 
 fn parse_spec<A: AsBytes>(kind: Kind, words: &[A]) -> Result<Spec, Error> {
@@ -553,18 +556,24 @@ fn int<A: AsBytes>(arg: &A, name: &'static str, min: u64, max: u64) -> Result<u6
         max,
     };
     let bytes = arg.as_bytes();
-    if bytes.is_empty() || bytes.len() > 20 || !bytes.iter().all(u8::is_ascii_digit) {
-        return Err(err());
-    }
-    if bytes.len() > 1 && bytes[0] == b'0' {
+    // One to 20 digits, without a leading zero (but `0` itself).
+    if bytes.is_empty() || bytes.len() > 20 || (bytes.len() > 1 && bytes[0] == b'0') {
         return Err(err());
     }
     let mut v: u64 = 0;
-    for d in bytes {
-        v = v
-            .checked_mul(10)
-            .and_then(|v| v.checked_add(u64::from(d - b'0')))
-            .ok_or_else(err)?;
+    for &b in bytes {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return Err(err());
+        }
+        v = if bytes.len() < 20 {
+            // At most 19 digits: below 10^19, which u64 holds.
+            v * 10 + u64::from(d)
+        } else {
+            v.checked_mul(10)
+                .and_then(|v| v.checked_add(u64::from(d)))
+                .ok_or_else(err)?
+        };
     }
     if (min..=max).contains(&v) {
         Ok(v)
@@ -774,20 +783,32 @@ mod tests {
         assert_eq!(restore(&["RL.RESTORE", "k"]), Err(Error::Arity));
     }
 
+    proptest::proptest! {
+        /// `int` reads exactly the canonical decimal integers in range, as `str::parse`
+        /// reads them.
+        #[test]
+        fn int_reads_canonical_decimals(word in "[0-9]{1,21}|[0-9a+ -]{0,4}", min in 0u64..3, max in proptest::prelude::any::<u64>()) {
+            let canonical = word.parse::<u64>().ok().filter(|v| v.to_string() == word);
+            let want = canonical.filter(|v| (min..=max).contains(v));
+            proptest::prop_assert_eq!(int(&word.as_str(), "x", min, max).ok(), want);
+        }
+    }
+
     #[test]
     fn all_splits_specs_by_kind() {
         let line = "RL.ALL 3 a b c SLIDE 10 1000 100 60000 COST 2 token 5 1000 BURST 2 \
                     FIXED 7 60000 ALIGN NOW 42";
         let words: Vec<&str> = line.split_whitespace().collect();
-        let all = all(&words).unwrap();
+        let mut specs = Specs::new();
+        let all = all(&words, &mut specs).unwrap();
         assert_eq!(all.keys, &["a", "b", "c"]);
         assert_eq!(all.now, Some(42));
-        assert_eq!(all.specs.len(), 3);
-        assert!(matches!(all.specs[0].params, SpecParams::Slide(w) if w.as_slice().len() == 2));
-        assert_eq!(all.specs[0].cost, 2);
-        assert!(matches!(all.specs[1].params, SpecParams::Token(p) if p.burst == 2));
-        assert_eq!(all.specs[1].cost, 1);
-        assert!(matches!(all.specs[2].params, SpecParams::Fixed(p) if p.align));
+        assert_eq!(specs.len(), 3);
+        assert!(matches!(specs[0].params, SpecParams::Slide(w) if w.as_slice().len() == 2));
+        assert_eq!(specs[0].cost, 2);
+        assert!(matches!(specs[1].params, SpecParams::Token(p) if p.burst == 2));
+        assert_eq!(specs[1].cost, 1);
+        assert!(matches!(specs[2].params, SpecParams::Fixed(p) if p.align));
         assert_eq!(all_keys(&words), 2..5);
         assert_eq!(all_keys(&["RL.ALL", "3", "a"]), 2..2);
         assert_eq!(all_keys(&["RL.ALL", "x", "a"]), 2..2);
@@ -821,7 +842,7 @@ mod tests {
     )]
     fn all_bad_input(#[case] line: &str, #[case] want: Error) {
         let words: Vec<&str> = line.split(' ').collect();
-        assert_eq!(all(&words).map(|_| ()), Err(want));
+        assert_eq!(all(&words, &mut Specs::new()).map(|_| ()), Err(want));
     }
 
     /// Words a client might send: numbers near every bound, keywords, junk.
@@ -901,8 +922,9 @@ mod tests {
             let _ = restore(&args);
             let mut multi = vec![Word(b"RL.ALL".to_vec()), Word(b"1".to_vec())];
             multi.extend(args.into_iter().skip(1));
-            if let Ok(a) = all(&multi) {
-                proptest::prop_assert_eq!(a.specs.len(), 1);
+            let mut specs = Specs::new();
+            if all(&multi, &mut specs).is_ok() {
+                proptest::prop_assert_eq!(specs.len(), 1);
             }
         }
     }

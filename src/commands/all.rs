@@ -13,52 +13,50 @@ use smallvec::SmallVec;
 use super::{clock, propagate, replicate_expiry, settle, Mode};
 use crate::all::{self, Outcomes, Target};
 use crate::api::{AllReply, Arg};
-use crate::args::{self, AsBytes, Spec, SpecParams, ALL_INLINE_KEYS};
+use crate::args::{self, AsBytes, Spec, SpecParams, Specs, ALL_INLINE_KEYS};
 use crate::effect::Line;
 use crate::error::Error;
 use crate::store::Key;
+use crate::value::Limiter;
 
 pub fn all(ctx: &Context, args: &[Arg]) -> Result<AllReply, Error> {
-    let req = args::all(args)?;
+    let mut specs = Specs::new();
+    let req = args::all(args, &mut specs)?;
     let clock = clock(ctx, req.now, Mode::Decide)?;
     let names = req.keys;
     let named = |i: usize, e: Error| match names.get(i) {
         Some(name) => Error::for_key(name.as_bytes(), e),
         None => e,
     };
-    // Up to ALL_INLINE_KEYS keys, everything below stays on the stack.
-    let mut keys: SmallVec<[Key; ALL_INLINE_KEYS]> =
-        names.iter().map(|&n| Key::open(ctx, n, true)).collect();
+    // Up to ALL_INLINE_KEYS keys, everything below stays on the stack (filled by `push`:
+    // cheaper than `collect` for a few items).
+    let mut keys: SmallVec<[Key; ALL_INLINE_KEYS]> = SmallVec::new();
+    for &name in names {
+        keys.push(Key::open(ctx, name, true));
+    }
     let mut each = Outcomes::new();
     // Phase one borrows every key's value; it ends with the new values to store.
-    let mut held: SmallVec<[_; ALL_INLINE_KEYS]> = SmallVec::new();
-    for (i, key) in keys.iter_mut().enumerate() {
-        held.push(key.limiter().map_err(|e| named(i, e))?);
-    }
-    let mut targets: SmallVec<[Target; ALL_INLINE_KEYS]> = held
-        .iter_mut()
-        .zip(&req.specs)
-        .map(|(h, spec)| match h {
-            Some(h) => Target::Held(h),
+    let mut targets: SmallVec<[Target<_>; ALL_INLINE_KEYS]> = SmallVec::new();
+    for (i, (key, spec)) in keys.iter_mut().zip(&specs).enumerate() {
+        targets.push(match key.limiter().map_err(|e| named(i, e))? {
+            Some(held) => Target::Held(held),
             None => Target::New(spec.fresh()),
-        })
-        .collect();
-    let decision = all::acquire(&mut targets, &req.specs, clock.caller, &mut each)
+        });
+    }
+    let decision = all::acquire(&mut targets, &specs, clock.caller, &mut each)
         .map_err(|(i, e)| named(i, e))?;
-    let mut created: SmallVec<[_; ALL_INLINE_KEYS]> = targets
-        .into_iter()
-        .map(|t| match t {
+    let mut created: SmallVec<[Option<Limiter>; ALL_INLINE_KEYS]> = SmallVec::new();
+    for t in targets {
+        created.push(match t {
             Target::New(l) => Some(l),
             Target::Held(_) => None,
-        })
-        .collect();
-    drop(held);
+        });
+    }
     for (i, outcome) in each.iter().enumerate() {
         if !outcome.changed {
             continue;
         }
-        let (Some(key), Some(&name), Some(spec)) = (keys.get(i), names.get(i), req.specs.get(i))
-        else {
+        let (Some(key), Some(&name), Some(spec)) = (keys.get(i), names.get(i), specs.get(i)) else {
             continue;
         };
         if let Some(limiter) = created.get_mut(i).and_then(Option::take) {
@@ -72,10 +70,14 @@ pub fn all(ctx: &Context, args: &[Arg]) -> Result<AllReply, Error> {
         });
         replicate_expiry(ctx, name, clock.lag, expiry);
     }
-    Ok(AllReply {
+    let mut reply = AllReply {
         decision,
-        each: each.iter().map(|o| o.decision).collect(),
-    })
+        each: SmallVec::new(),
+    };
+    for o in &each {
+        reply.each.push(o.decision);
+    }
+    Ok(reply)
 }
 
 /// The words of the spec's own command after its key, as that command propagates them:

@@ -11,8 +11,12 @@ use crate::algo::fixed::FixedWindow;
 use crate::algo::gcra::Gcra;
 use crate::algo::slide::SlidingLog;
 use crate::algo::subwin::SubWindow;
+use std::ops::DerefMut;
+
+use smallvec::SmallVec;
+
 use crate::algo::{Decision, Limit, Millis, Wait};
-use crate::args::{Spec, SpecParams};
+use crate::args::{Spec, SpecParams, ALL_INLINE_KEYS};
 use crate::error::Error;
 use crate::value::{Kind, Limiter};
 
@@ -60,9 +64,9 @@ impl Spec {
         }
     }
 
-    /// The spec's cost at `now` against `limiter`; `None` for a limiter of another kind.
-    fn evaluate(&self, limiter: &Limiter, now: Millis) -> Option<Decision> {
-        let cost = self.cost;
+    /// `cost` units of the spec at `now` against `limiter`; `None` for a limiter of another
+    /// kind.
+    fn evaluate(&self, limiter: &Limiter, now: Millis, cost: u64) -> Option<Decision> {
         Some(match (&self.params, limiter) {
             (SpecParams::Slide(w), Limiter::Slide(l)) => l.evaluate(now, w.as_slice(), cost),
             (SpecParams::Token(p), Limiter::Token(g)) => g.evaluate(now, p, cost),
@@ -89,12 +93,13 @@ impl Spec {
 
 /// One limiter of a call: the one a key holds, changed in place, or a new one (for a missing
 /// key, or a stored one reshaped) that the caller stores when the call changed it.
-pub enum Target<'a> {
-    Held(&'a mut Limiter),
+pub enum Target<H> {
+    /// The key's own limiter (`H` lends it: `&mut Limiter`, or the store's borrow of it).
+    Held(H),
     New(Limiter),
 }
 
-impl Target<'_> {
+impl<H: DerefMut<Target = Limiter>> Target<H> {
     fn get(&self) -> &Limiter {
         match self {
             Target::Held(l) => l,
@@ -114,9 +119,11 @@ impl Target<'_> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Outcome {
     /// Its own five fields: waits and reset from the caller's time, as its own command
-    /// replies.
+    /// replies. When the call is refused, one that would have allowed answers as its own
+    /// command with `COST 0` (allowed, and its state as it stands: nothing was taken).
     pub decision: Decision,
-    /// It recorded its cost (the call was allowed and the cost is above 0).
+    /// It recorded its cost (the call was allowed and the cost is above 0). The three
+    /// fields below are set for a changed limiter only.
     pub changed: bool,
     /// When it was back to empty before the call, for a limiter changed in place (`None`
     /// for a new one, whose key gets its expiry set in any case).
@@ -127,23 +134,21 @@ pub struct Outcome {
     pub empty_at: Option<Millis>,
 }
 
-/// The outcome of a whole call.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Combined {
-    /// The five fields that answer the call (see [`combine`]).
-    pub decision: Decision,
-    /// Each limiter's, in key order.
-    pub each: Vec<Outcome>,
-}
+/// Each limiter's outcome in key order; up to [`ALL_INLINE_KEYS`] without allocating.
+pub type Outcomes = SmallVec<[Outcome; ALL_INLINE_KEYS]>;
 
 /// Decides `specs[i]` against `targets[i]` at `now` (the caller's time), all or nothing: when
-/// every limiter allows, each records its cost; otherwise none changes. A target of another
-/// kind than its spec is an error naming its index, before anything changes.
-pub fn acquire(
-    targets: &mut [Target],
+/// every limiter allows, each records its cost; otherwise none changes, and each limiter's
+/// fields say whether it would have allowed and show its state without the request. Returns
+/// the five fields that answer the call (see [`combine`]) and leaves each limiter's outcome in
+/// `each` (filled in place: no copy of the outcomes on the way out). A target of another kind
+/// than its spec is an error naming its index, before anything changes.
+pub fn acquire<H: DerefMut<Target = Limiter>>(
+    targets: &mut [Target<H>],
     specs: &[Spec],
     now: Millis,
-) -> Result<Combined, (usize, Error)> {
+    each: &mut Outcomes,
+) -> Result<Decision, (usize, Error)> {
     for (i, (t, spec)) in targets.iter().zip(specs).enumerate() {
         let held = t.get().kind();
         if held != spec.kind() {
@@ -151,33 +156,33 @@ pub fn acquire(
             return Err((i, Error::OtherKind { held, wanted }));
         }
     }
-    let mut each = Vec::with_capacity(targets.len());
+    each.clear();
     for (t, spec) in targets.iter_mut().zip(specs) {
-        let mut before = None;
         if let Target::Held(held) = t {
-            match spec.reshaped(held, now) {
-                Some(new) => *t = Target::New(new),
-                None => before = held.empty_at(),
+            if let Some(new) = spec.reshaped(held, now) {
+                *t = Target::New(new);
             }
         }
         let limiter = t.get();
-        let behind = limiter.latest().saturating_sub(now);
-        let decision = spec
-            .evaluate(limiter, now)
-            .ok_or((each.len(), Error::Internal("RL.ALL")))?
-            .seen_from_behind(behind);
+        let latest = limiter.latest();
+        let Some(decision) = spec.evaluate(limiter, now, spec.cost) else {
+            return Err((each.len(), Error::Internal("RL.ALL")));
+        };
         each.push(Outcome {
-            decision,
+            decision: decision.seen_from_behind(latest.saturating_sub(now)),
             changed: false,
-            before,
-            latest: limiter.latest(),
-            empty_at: limiter.empty_at(),
+            before: None,
+            latest,
+            empty_at: None,
         });
     }
     if each.iter().all(|o| o.decision.allowed) {
-        for ((t, spec), o) in targets.iter_mut().zip(specs).zip(&mut each) {
+        for ((t, spec), o) in targets.iter_mut().zip(specs).zip(each.iter_mut()) {
             if spec.cost == 0 {
                 continue;
+            }
+            if let Target::Held(held) = t {
+                o.before = held.empty_at();
             }
             let limiter = t.get_mut();
             spec.record(limiter, now);
@@ -185,12 +190,21 @@ pub fn acquire(
             (o.latest, o.empty_at) = (limiter.latest(), limiter.empty_at());
             o.decision = o.decision.resetting_at(o.empty_at, now);
         }
+    } else {
+        // Nothing is taken: a limiter that would have allowed answers its state as it stands,
+        // as its own command with `COST 0` would (a refusing one already does).
+        for ((t, spec), o) in targets.iter().zip(specs).zip(each.iter_mut()) {
+            if !o.decision.allowed || spec.cost == 0 {
+                continue;
+            }
+            let limiter = t.get();
+            let behind = limiter.latest().saturating_sub(now);
+            if let Some(state) = spec.evaluate(limiter, now, 0) {
+                o.decision = state.seen_from_behind(behind);
+            }
+        }
     }
-    let decisions: Vec<Decision> = each.iter().map(|o| o.decision).collect();
-    Ok(Combined {
-        decision: combine(&decisions),
-        each,
-    })
+    Ok(combine(each.iter().map(|o| &o.decision)))
 }
 
 /// How long a wait is, for comparing: never is the longest.
@@ -211,29 +225,27 @@ fn wait_rank(w: Wait) -> (u8, u64) {
 ///   tie), and the longest retry_after among them all (only a leaky bucket asks an allowed
 ///   call to wait, and the caller must wait for it);
 /// - reset_after_ms: the longest, when every limiter is back to empty.
-pub fn combine(decisions: &[Decision]) -> Decision {
-    let allowed = decisions.iter().all(|d| d.allowed);
-    let reset_after_ms = decisions.iter().map(|d| d.reset_after_ms).max();
-    let longest_wait = |ds: &mut dyn Iterator<Item = &Decision>| {
-        ds.fold(None::<&Decision>, |best, d| match best {
-            Some(b) if wait_rank(b.retry_after) >= wait_rank(d.retry_after) => Some(b),
-            _ => Some(d),
-        })
-        .copied()
-    };
+pub fn combine<'a, I>(decisions: I) -> Decision
+where
+    I: IntoIterator<Item = &'a Decision>,
+    I::IntoIter: Clone,
+{
+    let decisions = decisions.into_iter();
+    let allowed = decisions.clone().all(|d| d.allowed);
+    let reset_after_ms = decisions.clone().map(|d| d.reset_after_ms).max();
     let decided = if allowed {
         let least = decisions
-            .iter()
+            .clone()
             .fold(None::<&Decision>, |best, d| match best {
                 Some(b) if b.remaining <= d.remaining => Some(b),
                 _ => Some(d),
             });
-        least.copied().map(|d| Decision {
-            retry_after: longest_wait(&mut decisions.iter()).map_or(Wait::None, |w| w.retry_after),
-            ..d
+        least.map(|d| Decision {
+            retry_after: longest_wait(decisions).map_or(Wait::None, |w| w.retry_after),
+            ..*d
         })
     } else {
-        longest_wait(&mut decisions.iter().filter(|d| !d.allowed))
+        longest_wait(decisions.filter(|d| !d.allowed)).copied()
     };
     let d = decided.unwrap_or(Decision {
         allowed: true,
@@ -249,6 +261,14 @@ pub fn combine(decisions: &[Decision]) -> Decision {
     }
 }
 
+/// The decision that needs the longest wait (the first on a tie).
+fn longest_wait<'a>(ds: impl Iterator<Item = &'a Decision>) -> Option<&'a Decision> {
+    ds.fold(None::<&Decision>, |best, d| match best {
+        Some(b) if wait_rank(b.retry_after) >= wait_rank(d.retry_after) => Some(b),
+        _ => Some(d),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,7 +280,9 @@ mod tests {
 
     fn specs(line: &str) -> Vec<Spec> {
         let words: Vec<&str> = line.split(' ').collect();
-        args::all(&words).unwrap().specs
+        let mut specs = args::Specs::new();
+        args::all(&words, &mut specs).unwrap();
+        specs.to_vec()
     }
 
     /// One key's own command, as `commands::limit` runs it: reshape or create, decide,
@@ -322,9 +344,15 @@ mod tests {
         }
     }
 
+    /// The outcome of a whole call.
+    struct Combined {
+        decision: Decision,
+        each: Outcomes,
+    }
+
     /// Runs one call as `commands::all` does, on `keys` (a missing key is `None`).
     fn call(keys: &mut [Option<Limiter>], specs: &[Spec], now: Millis) -> Combined {
-        let mut targets: Vec<Target> = keys
+        let mut targets: Vec<Target<&mut Limiter>> = keys
             .iter_mut()
             .zip(specs)
             .map(|(k, s)| match k {
@@ -332,7 +360,9 @@ mod tests {
                 None => Target::New(s.fresh()),
             })
             .collect();
-        let combined = acquire(&mut targets, specs, now).unwrap();
+        let mut each = Outcomes::new();
+        let decision = acquire(&mut targets, specs, now, &mut each).unwrap();
+        let combined = Combined { decision, each };
         let created: Vec<Option<Limiter>> = targets
             .into_iter()
             .map(|t| match t {
@@ -367,7 +397,11 @@ mod tests {
         let before = encoded(&keys);
         let refused = call(&mut keys, &s, T0 + 2);
         assert_eq!(refused.decision.as_reply(), [0, 2, 0, 59998, 59999]);
-        assert!(refused.each[1].decision.allowed);
+        // The tokens say they would have allowed, and show what they hold.
+        assert_eq!(
+            refused.each[1].decision.as_reply(),
+            [1, 10000, 4000, 0, 35998]
+        );
         assert!(refused.each.iter().all(|o| !o.changed));
         assert_eq!(encoded(&keys), before);
     }
@@ -376,7 +410,7 @@ mod tests {
     fn another_kind_is_an_error_naming_its_index() {
         let s = specs("RL.ALL 2 a b TOKEN 5 1000 FIXED 5 1000");
         let mut keys = [None, Some(s[0].fresh())];
-        let mut targets: Vec<Target> = keys
+        let mut targets: Vec<Target<&mut Limiter>> = keys
             .iter_mut()
             .zip(&s)
             .map(|(k, s)| match k {
@@ -384,7 +418,7 @@ mod tests {
                 None => Target::New(s.fresh()),
             })
             .collect();
-        let err = acquire(&mut targets, &s, T0).unwrap_err();
+        let err = acquire(&mut targets, &s, T0, &mut Outcomes::new()).unwrap_err();
         assert_eq!(
             err,
             (
@@ -495,6 +529,7 @@ mod tests {
                     .map(|(k, spec)| single(k.as_ref(), spec, now))
                     .collect();
                 let before = encoded(&state);
+                let before_state = state.clone();
                 let got = call(&mut state, &s, now);
                 let all_allow = model.iter().all(|(_, d)| d.allowed);
                 prop_assert_eq!(got.decision.allowed, all_allow);
@@ -512,13 +547,15 @@ mod tests {
                     }
                 } else {
                     prop_assert_eq!(encoded(&state), before);
-                    for ((_, d), o) in model.iter().zip(&got.each) {
-                        // A refusing limiter answers as its own command; one that allows
-                        // recorded nothing here, where its own command would have.
+                    for (i, ((_, d), o)) in model.iter().zip(&got.each).enumerate() {
+                        // A refusing limiter answers as its own command; one that would
+                        // have allowed took nothing, and answers as its own command with
+                        // COST 0 (its state as it stands).
                         prop_assert_eq!(d.allowed, o.decision.allowed);
                         if d.allowed {
-                            prop_assert_eq!(d.limit, o.decision.limit);
-                            prop_assert!(o.decision.remaining >= d.remaining);
+                            let peek = Spec { cost: 0, ..s[i] };
+                            let (_, state) = single(before_state[i].as_ref(), &peek, now);
+                            prop_assert_eq!(&o.decision, &state, "limiter {} in {} at {}", i, &line, now);
                         } else {
                             prop_assert_eq!(&o.decision, d);
                         }

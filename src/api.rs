@@ -9,9 +9,10 @@ use std::os::raw::{c_char, c_int, c_longlong, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use redis_module::{raw, Context};
+use smallvec::SmallVec;
 
 use crate::algo::Decision;
-use crate::args::AsBytes;
+use crate::args::{AsBytes, ALL_INLINE_KEYS};
 use crate::error::Error;
 use crate::stats::Counters;
 
@@ -52,8 +53,6 @@ impl AsBytes for Arg {
 /// What a handler answers before it becomes a Redis reply.
 pub enum Reply {
     Decision(Decision),
-    /// `RL.ALL`: the combined decision, then each limiter's in key order.
-    All(Decision, Vec<Decision>),
     Nil,
     Ok,
     /// An `RL.ACQUIRE` answer: the decision and the lease held, if any.
@@ -63,20 +62,115 @@ pub enum Reply {
     Blocked,
 }
 
-pub type Handler = fn(&Context, &[Arg]) -> Result<Reply, Error>;
+/// `RL.ALL`'s answer: the combined decision, then each limiter's in key order (kept on the
+/// stack for up to [`ALL_INLINE_KEYS`] keys; a type of its own so that [`Reply`], which every
+/// other command returns, stays small).
+pub struct AllReply {
+    pub decision: Decision,
+    pub each: SmallVec<[Decision; ALL_INLINE_KEYS]>,
+}
+
+/// A handler's successful answer, as the dispatcher counts and writes it.
+pub trait Answer {
+    /// For the INFO counters: whether a decision allowed (true for an answer that is not a
+    /// decision).
+    fn allowed(&self) -> bool;
+
+    /// Whether the INFO counters count it now (not a blocked client: it is counted once
+    /// answered).
+    fn counted(&self) -> bool {
+        true
+    }
+
+    /// Writes the reply.
+    ///
+    /// # Safety
+    /// `ctx` must be the context of the command being answered.
+    unsafe fn reply(self, ctx: *mut raw::RedisModuleCtx);
+}
+
+/// Replies `[allowed, limit, remaining, retry_after_ms, reset_after_ms]` with the API's own
+/// functions, without the crate's wrappers: six calls on every answer.
+///
+/// # Safety
+/// `ctx` must be the context of the command being answered.
+unsafe fn reply_decision(ctx: *mut raw::RedisModuleCtx, d: &Decision) {
+    if let (Some(array), Some(long_long)) = (
+        raw::RedisModule_ReplyWithArray,
+        raw::RedisModule_ReplyWithLongLong,
+    ) {
+        array(ctx, 5);
+        for v in d.as_reply() {
+            long_long(ctx, v);
+        }
+    }
+}
+
+impl Answer for Reply {
+    fn allowed(&self) -> bool {
+        match self {
+            Reply::Decision(d) | Reply::Lease(d, _) => d.allowed,
+            _ => true,
+        }
+    }
+
+    fn counted(&self) -> bool {
+        !matches!(self, Reply::Blocked)
+    }
+
+    unsafe fn reply(self, ctx: *mut raw::RedisModuleCtx) {
+        match self {
+            Reply::Decision(d) => reply_decision(ctx, &d),
+            Reply::Nil => {
+                raw::reply_with_null(ctx);
+            }
+            Reply::Ok => {
+                raw::reply_with_simple_string(ctx, c"OK".as_ptr());
+            }
+            Reply::Lease(d, id) => reply_lease(ctx, &d, id.as_deref()),
+            // Answered later, from the blocked client's reply callback.
+            Reply::Blocked => {}
+        }
+    }
+}
+
+impl Answer for AllReply {
+    fn allowed(&self) -> bool {
+        self.decision.allowed
+    }
+
+    unsafe fn reply(self, ctx: *mut raw::RedisModuleCtx) {
+        // The five fields of the call, then one array of five per limiter: a client that
+        // reads the first five reads it as any RL.* reply.
+        if let (Some(array), Some(long_long)) = (
+            raw::RedisModule_ReplyWithArray,
+            raw::RedisModule_ReplyWithLongLong,
+        ) {
+            array(ctx, 5 + self.each.len() as std::os::raw::c_long);
+            for v in self.decision.as_reply() {
+                long_long(ctx, v);
+            }
+            for d in &self.each {
+                reply_decision(ctx, d);
+            }
+        }
+    }
+}
+
+pub type Handler<R = Reply> = fn(&Context, &[Arg]) -> Result<R, Error>;
 
 /// The body of every registered command: runs the handler so that a bug becomes an error
 /// reply and a log line instead of a crash, counts the outcome, and replies.
 ///
 /// # Safety
 /// `ctx`, `argv` and `argc` must be what Redis passed to the command function.
-pub unsafe fn dispatch(
+pub unsafe fn dispatch<R: Answer>(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
     name: &'static str,
     counters: Option<&Counters>,
-    handler: Handler,
+    handler: Handler<R>,
 ) -> c_int {
     let context = Context::new(ctx);
     let args: &[Arg] = match usize::try_from(argc) {
@@ -88,54 +182,14 @@ pub unsafe fn dispatch(
         context.log_warning(&format!("ratelimit: internal error in {name}"));
         Err(Error::Internal(name))
     });
-    if let (Some(c), false) = (counters, matches!(outcome, Ok(Reply::Blocked))) {
+    if let (Some(c), true) = (counters, outcome.as_ref().map_or(true, Answer::counted)) {
         c.count(match &outcome {
-            Ok(Reply::Decision(d) | Reply::All(d, _) | Reply::Lease(d, _)) => Some(d.allowed),
-            Ok(_) => Some(true),
+            Ok(answer) => Some(answer.allowed()),
             Err(_) => None,
         });
     }
     match outcome {
-        Ok(Reply::Decision(d)) => {
-            // The API's own functions, without the crate's wrappers: six calls on every
-            // answer.
-            if let (Some(array), Some(long_long)) = (
-                raw::RedisModule_ReplyWithArray,
-                raw::RedisModule_ReplyWithLongLong,
-            ) {
-                array(ctx, 5);
-                for v in d.as_reply() {
-                    long_long(ctx, v);
-                }
-            }
-        }
-        Ok(Reply::All(d, each)) => {
-            // The five fields of the call, then one array of five per limiter: a client
-            // that reads the first five reads it as any RL.* reply.
-            if let (Some(array), Some(long_long)) = (
-                raw::RedisModule_ReplyWithArray,
-                raw::RedisModule_ReplyWithLongLong,
-            ) {
-                array(ctx, 5 + each.len() as std::os::raw::c_long);
-                for v in d.as_reply() {
-                    long_long(ctx, v);
-                }
-                for d in &each {
-                    array(ctx, 5);
-                    for v in d.as_reply() {
-                        long_long(ctx, v);
-                    }
-                }
-            }
-        }
-        Ok(Reply::Lease(d, id)) => reply_lease(ctx, &d, id.as_deref()),
-        Ok(Reply::Blocked) => {}
-        Ok(Reply::Nil) => {
-            raw::reply_with_null(ctx);
-        }
-        Ok(Reply::Ok) => {
-            raw::reply_with_simple_string(ctx, c"OK".as_ptr());
-        }
+        Ok(answer) => answer.reply(ctx),
         Err(Error::Arity) => {
             if let Some(wrong_arity) = raw::RedisModule_WrongArity {
                 wrong_arity(ctx);

@@ -3,6 +3,8 @@
 //! Parsing works on byte slices so that it is unit-tested without a server; `args[0]` is the
 //! command name and `args[1]` the key in every function here.
 
+use smallvec::SmallVec;
+
 use crate::algo::fixed;
 use crate::algo::gcra::{self, Params, MAX_RATE_LIMIT};
 use crate::algo::slide::{MAX_LIMIT, MAX_WINDOWS, MAX_WINDOW_MS};
@@ -261,6 +263,10 @@ pub fn restore<A: AsBytes>(args: &[A]) -> Result<&[u8], Error> {
 /// this bounds the call's work.
 pub const ALL_MAX_KEYS: u64 = 16;
 
+/// The keys of an `RL.ALL` call kept on the stack (its specs, values and outcomes); a call
+/// with more allocates.
+pub const ALL_INLINE_KEYS: usize = 4;
+
 /// One limiter of an `RL.ALL` call: its kind's parameters, as that kind's own command parses
 /// them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -279,11 +285,14 @@ pub struct Spec {
     pub cost: u64,
 }
 
-/// `RL.ALL numkeys key [key ...] spec [spec ...] [NOW ms]`, a spec per key in key order.
+/// The specs of one `RL.ALL` call, in key order; up to [`ALL_INLINE_KEYS`] on the stack.
+pub type Specs = SmallVec<[Spec; ALL_INLINE_KEYS]>;
+
+/// `RL.ALL numkeys key [key ...] spec [spec ...] [NOW ms]`, a spec per key in key order (the
+/// specs go to the caller's [`Specs`], which is not moved on the way out).
 #[derive(Debug, PartialEq, Eq)]
 pub struct All<'a, A> {
     pub keys: &'a [A],
-    pub specs: Vec<Spec>,
     pub now: Option<Millis>,
 }
 
@@ -345,9 +354,16 @@ pub fn all_keys<A: AsBytes>(args: &[A]) -> std::ops::Range<usize> {
 /// Parses `RL.ALL`. An error about one spec names its key ([`Error::ForKey`]). The specs
 /// are parsed by their kinds' own parsers, each handed the spec's words as its command's
 /// arguments after the key.
-pub fn all<A: AsBytes>(args: &[A]) -> Result<All<'_, A>, Error> {
-    let n = int(args.get(1).ok_or(Error::Arity)?, "numkeys", 1, ALL_MAX_KEYS)? as usize;
-    let keys = args.get(2..2 + n).ok_or(Error::Arity)?;
+pub fn all<'a, A: AsBytes>(args: &'a [A], specs: &mut Specs) -> Result<All<'a, A>, Error> {
+    // `let ... else` rather than `ok_or`: an `Error` made and dropped on every call costs
+    // a call to its destructor.
+    let Some(numkeys) = args.get(1) else {
+        return Err(Error::Arity);
+    };
+    let n = int(numkeys, "numkeys", 1, ALL_MAX_KEYS)? as usize;
+    let Some(keys) = args.get(2..2 + n) else {
+        return Err(Error::Arity);
+    };
     let name = |i: usize| keys.get(i).map_or(&[][..], AsBytes::as_bytes);
     for (i, key) in keys.iter().enumerate() {
         if keys[..i].iter().any(|k| k.as_bytes() == key.as_bytes()) {
@@ -357,13 +373,15 @@ pub fn all<A: AsBytes>(args: &[A]) -> Result<All<'_, A>, Error> {
             ));
         }
     }
-    let mut specs = Vec::with_capacity(n);
+    specs.clear();
     let mut at = 2 + n;
     let mut now = None;
     while let Some(word) = args.get(at) {
         let word = word.as_bytes();
         if word.eq_ignore_ascii_case(b"NOW") {
-            let value = args.get(at + 1).ok_or(Error::MissingValue("NOW"))?;
+            let Some(value) = args.get(at + 1) else {
+                return Err(Error::MissingValue("NOW"));
+            };
             now = Some(int(value, "NOW", 0, MAX_TIMESTAMP)?);
             if let Some(extra) = args.get(at + 2) {
                 return Err(Error::InvalidWord(
@@ -425,7 +443,7 @@ pub fn all<A: AsBytes>(args: &[A]) -> Result<All<'_, A>, Error> {
             specs: specs.len(),
         });
     }
-    Ok(All { keys, specs, now })
+    Ok(All { keys, now })
 }
 
 fn parse_spec<A: AsBytes>(kind: Kind, words: &[A]) -> Result<Spec, Error> {
@@ -519,7 +537,9 @@ fn options<A: AsBytes>(args: &[A], allowed: &[Opt]) -> Result<Parsed, Error> {
             *slot = Some(1);
             continue;
         }
-        let value = it.next().ok_or(Error::MissingValue(label))?;
+        let Some(value) = it.next() else {
+            return Err(Error::MissingValue(label));
+        };
         *slot = Some(int(value, label, min, max)?);
     }
     Ok(parsed)
@@ -533,7 +553,10 @@ fn positional<A: AsBytes>(
     min: u64,
     max: u64,
 ) -> Result<u64, Error> {
-    int(args.get(i).ok_or(Error::Arity)?, name, min, max)
+    match args.get(i) {
+        Some(arg) => int(arg, name, min, max),
+        None => Err(Error::Arity),
+    }
 }
 
 /// A decimal integer in `min..=max`, written the way Redis writes integers.
@@ -780,20 +803,32 @@ mod tests {
         assert_eq!(restore(&["RL.RESTORE", "k"]), Err(Error::Arity));
     }
 
+    proptest::proptest! {
+        /// `int` reads exactly the canonical decimal integers in range, as `str::parse`
+        /// reads them.
+        #[test]
+        fn int_reads_canonical_decimals(word in "[0-9]{1,21}|[0-9a+ -]{0,4}", min in 0u64..3, max in proptest::prelude::any::<u64>()) {
+            let canonical = word.parse::<u64>().ok().filter(|v| v.to_string() == word);
+            let want = canonical.filter(|v| (min..=max).contains(v));
+            proptest::prop_assert_eq!(int(&word.as_str(), "x", min, max).ok(), want);
+        }
+    }
+
     #[test]
     fn all_splits_specs_by_kind() {
         let line = "RL.ALL 3 a b c SLIDE 10 1000 100 60000 COST 2 token 5 1000 BURST 2 \
                     FIXED 7 60000 ALIGN NOW 42";
         let words: Vec<&str> = line.split_whitespace().collect();
-        let all = all(&words).unwrap();
+        let mut specs = Specs::new();
+        let all = all(&words, &mut specs).unwrap();
         assert_eq!(all.keys, &["a", "b", "c"]);
         assert_eq!(all.now, Some(42));
-        assert_eq!(all.specs.len(), 3);
-        assert!(matches!(all.specs[0].params, SpecParams::Slide(w) if w.as_slice().len() == 2));
-        assert_eq!(all.specs[0].cost, 2);
-        assert!(matches!(all.specs[1].params, SpecParams::Token(p) if p.burst == 2));
-        assert_eq!(all.specs[1].cost, 1);
-        assert!(matches!(all.specs[2].params, SpecParams::Fixed(p) if p.align));
+        assert_eq!(specs.len(), 3);
+        assert!(matches!(specs[0].params, SpecParams::Slide(w) if w.as_slice().len() == 2));
+        assert_eq!(specs[0].cost, 2);
+        assert!(matches!(specs[1].params, SpecParams::Token(p) if p.burst == 2));
+        assert_eq!(specs[1].cost, 1);
+        assert!(matches!(specs[2].params, SpecParams::Fixed(p) if p.align));
         assert_eq!(all_keys(&words), 2..5);
         assert_eq!(all_keys(&["RL.ALL", "3", "a"]), 2..2);
         assert_eq!(all_keys(&["RL.ALL", "x", "a"]), 2..2);
@@ -827,7 +862,7 @@ mod tests {
     )]
     fn all_bad_input(#[case] line: &str, #[case] want: Error) {
         let words: Vec<&str> = line.split(' ').collect();
-        assert_eq!(all(&words).map(|_| ()), Err(want));
+        assert_eq!(all(&words, &mut Specs::new()).map(|_| ()), Err(want));
     }
 
     /// Words a client might send: numbers near every bound, keywords, junk.
@@ -907,8 +942,9 @@ mod tests {
             let _ = restore(&args);
             let mut multi = vec![Word(b"RL.ALL".to_vec()), Word(b"1".to_vec())];
             multi.extend(args.into_iter().skip(1));
-            if let Ok(a) = all(&multi) {
-                proptest::prop_assert_eq!(a.specs.len(), 1);
+            let mut specs = Specs::new();
+            if all(&multi, &mut specs).is_ok() {
+                proptest::prop_assert_eq!(specs.len(), 1);
             }
         }
     }

@@ -48,19 +48,22 @@ impl<'a> Key<'a> {
         unsafe {
             // The common case first: a key of our type (a missing key or another type
             // answers null or another type).
-            let key_type = raw::RedisModule_ModuleTypeGetType
-                .ok_or(Error::MissingApi("ModuleTypeGetType"))?(self.key);
+            // `let ... else` rather than `ok_or`: an `Error` made and dropped on every call
+            // costs a call to its destructor.
+            let Some(get_type) = raw::RedisModule_ModuleTypeGetType else {
+                return Err(Error::MissingApi("ModuleTypeGetType"));
+            };
+            let key_type = get_type(self.key);
             if !key_type.is_null() && key_type == *LIMITER_TYPE.raw_type.borrow() {
-                let value = raw::RedisModule_ModuleTypeGetValue
-                    .ok_or(Error::MissingApi("ModuleTypeGetValue"))?(
-                    self.key
-                );
-                return Ok(value::borrow_raw(value));
+                let Some(get_value) = raw::RedisModule_ModuleTypeGetValue else {
+                    return Err(Error::MissingApi("ModuleTypeGetValue"));
+                };
+                return Ok(value::borrow_raw(get_value(self.key)));
             }
-            let kind = raw::KeyType::from(raw::RedisModule_KeyType
-                .ok_or(Error::MissingApi("KeyType"))?(
-                self.key
-            ));
+            let Some(key_type) = raw::RedisModule_KeyType else {
+                return Err(Error::MissingApi("KeyType"));
+            };
+            let kind = raw::KeyType::from(key_type(self.key));
             match kind {
                 raw::KeyType::Empty => Ok(None),
                 _ => Err(Error::WrongType),

@@ -85,7 +85,7 @@ const PEEK: &[&str] = &["RL.PEEK", "k"];
 
 /// One call of every command; RL.RESTORE's payload and RL.APPLY's effect are refused, but
 /// not by ACL.
-const ALL: [&[&str]; 10] = [
+const ALL: [&[&str]; 11] = [
     SLIDE,
     &["RL.TOKEN", "t", "10", "60000"],
     &["RL.LEAKY", "l", "10", "60000"],
@@ -96,11 +96,14 @@ const ALL: [&[&str]; 10] = [
     &["RL.CHARGE", "k", "COST", "1"],
     &["RL.RESTORE", "r", "not-a-payload"],
     &["RL.APPLY", "a", "not-an-effect"],
+    &[
+        "RL.ALL", "2", "{a}1", "{a}2", "TOKEN", "10", "60000", "FIXED", "5", "1000",
+    ],
 ];
 
 /// The standard categories of each command (`ACL CAT` leaves module commands out; `COMMAND
 /// INFO` shows them).
-const CATEGORIES: [(&str, &[&str]); 10] = [
+const CATEGORIES: [(&str, &[&str]); 11] = [
     ("RL.SLIDE", &["@write", "@fast"]),
     ("RL.TOKEN", &["@write", "@fast"]),
     ("RL.LEAKY", &["@write", "@fast"]),
@@ -111,6 +114,7 @@ const CATEGORIES: [(&str, &[&str]); 10] = [
     ("RL.CHARGE", &["@write", "@slow"]),
     ("RL.RESTORE", &["@write", "@slow"]),
     ("RL.APPLY", &["@write", "@slow"]),
+    ("RL.ALL", &["@write", "@slow"]),
 ];
 
 /// The ACL categories `COMMAND INFO` gives a command, sorted.

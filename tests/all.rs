@@ -49,13 +49,13 @@ fn layers_decide_together(server: Server) {
     assert_eq!(each, [[1, 2, 1, 0, 60000], [1, 10000, 7000, 0, 18000]]);
     let (d, _) = call(&mut c, t + 1);
     assert_eq!(d[..3], [1, 2, 0]);
-    // The requests refuse; the tokens would allow, and are not taken.
+    // The requests refuse; the tokens would allow, are not taken, and say what they hold.
     let (d, each) = call(&mut c, t + 2);
     assert_eq!(d, [0, 2, 0, 59998, 59999]);
-    assert_eq!(each[1][..3], [1, 10000, 1000]);
+    assert_eq!(each[1], [1, 10000, 4000, 0, 35998]);
     assert_eq!(
-        rl(&mut c, &format!("RL.PEEK {{user:42}}:tpm NOW {}", t + 2))[2],
-        4000 // 10000 - 6000: the refused call took nothing
+        rl(&mut c, &format!("RL.PEEK {{user:42}}:tpm NOW {}", t + 2)),
+        each[1] // 10000 - 6000: the refused call took nothing
     );
     // The same keys through their own commands see the same state.
     assert_eq!(

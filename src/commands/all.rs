@@ -8,56 +8,55 @@
 //! command in MULTI/EXEC, so replicas and the AOF apply the whole decision or none of it.
 
 use redis_module::Context;
+use smallvec::SmallVec;
 
 use super::{clock, propagate, replicate_expiry, settle, Mode};
-use crate::all::{self, Combined, Target};
-use crate::api::{Arg, Reply};
-use crate::args::{self, AsBytes, Spec, SpecParams};
+use crate::all::{self, Outcomes, Target};
+use crate::api::{AllReply, Arg};
+use crate::args::{self, AsBytes, Spec, SpecParams, Specs, ALL_INLINE_KEYS};
 use crate::effect::Compact;
 use crate::error::Error;
 use crate::store::Key;
+use crate::value::Limiter;
 
-pub fn all(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
-    let req = args::all(args)?;
+pub fn all(ctx: &Context, args: &[Arg]) -> Result<AllReply, Error> {
+    let mut specs = Specs::new();
+    let req = args::all(args, &mut specs)?;
     let clock = clock(ctx, req.now, Mode::Decide)?;
     let names = req.keys;
     let named = |i: usize, e: Error| match names.get(i) {
         Some(name) => Error::for_key(name.as_bytes(), e),
         None => e,
     };
-    let mut keys: Vec<Key> = names.iter().map(|&n| Key::open(ctx, n, true)).collect();
+    // Up to ALL_INLINE_KEYS keys, everything below stays on the stack (filled by `push`:
+    // cheaper than `collect` for a few items).
+    let mut keys: SmallVec<[Key; ALL_INLINE_KEYS]> = SmallVec::new();
+    for &name in names {
+        keys.push(Key::open(ctx, name, true));
+    }
+    let mut each = Outcomes::new();
     // Phase one borrows every key's value; it ends with the new values to store.
-    let (combined, mut created) = {
-        let mut held = Vec::with_capacity(keys.len());
-        for (i, key) in keys.iter_mut().enumerate() {
-            held.push(key.limiter().map_err(|e| named(i, e))?);
-        }
-        let mut targets: Vec<Target> = held
-            .iter_mut()
-            .zip(&req.specs)
-            .map(|(h, spec)| match h {
-                Some(h) => Target::Held(h),
-                None => Target::New(spec.fresh()),
-            })
-            .collect();
-        let combined =
-            all::acquire(&mut targets, &req.specs, clock.caller).map_err(|(i, e)| named(i, e))?;
-        let created: Vec<_> = targets
-            .into_iter()
-            .map(|t| match t {
-                Target::New(l) => Some(l),
-                Target::Held(_) => None,
-            })
-            .collect();
-        (combined, created)
-    };
-    let Combined { decision, each } = combined;
+    let mut targets: SmallVec<[Target<_>; ALL_INLINE_KEYS]> = SmallVec::new();
+    for (i, (key, spec)) in keys.iter_mut().zip(&specs).enumerate() {
+        targets.push(match key.limiter().map_err(|e| named(i, e))? {
+            Some(held) => Target::Held(held),
+            None => Target::New(spec.fresh()),
+        });
+    }
+    let decision = all::acquire(&mut targets, &specs, clock.caller, &mut each)
+        .map_err(|(i, e)| named(i, e))?;
+    let mut created: SmallVec<[Option<Limiter>; ALL_INLINE_KEYS]> = SmallVec::new();
+    for t in targets {
+        created.push(match t {
+            Target::New(l) => Some(l),
+            Target::Held(_) => None,
+        });
+    }
     for (i, outcome) in each.iter().enumerate() {
         if !outcome.changed {
             continue;
         }
-        let (Some(key), Some(&name), Some(spec)) = (keys.get(i), names.get(i), req.specs.get(i))
-        else {
+        let (Some(key), Some(&name), Some(spec)) = (keys.get(i), names.get(i), specs.get(i)) else {
             continue;
         };
         if let Some(limiter) = created.get_mut(i).and_then(Option::take) {
@@ -71,10 +70,14 @@ pub fn all(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
         });
         replicate_expiry(ctx, name, clock.lag, expiry);
     }
-    Ok(Reply::All(
+    let mut reply = AllReply {
         decision,
-        each.into_iter().map(|o| o.decision).collect(),
-    ))
+        each: SmallVec::new(),
+    };
+    for o in &each {
+        reply.each.push(o.decision);
+    }
+    Ok(reply)
 }
 
 /// The words of the spec's own command after its key, as that command propagates them:

@@ -203,36 +203,30 @@ fn the_readme_example(server: Server) {
 fn the_llm_token_budget_recipe(server: Server) {
     let mut c = server.conn();
     let t = unix_ms();
-    let tpm = format!("RL.TOKEN {{user:42}}:tpm 100000 60000 COST 4000 NOW {t}");
-    let rpm = format!("RL.SLIDE {{user:42}}:rpm 60 60000 NOW {t}");
-    // A call estimated at 4,000 that used 5,250.
-    assert_eq!(rl(&mut c, &tpm)[..3], [1, 100000, 96000]);
-    assert_eq!(rl(&mut c, &rpm)[..3], [1, 60, 59]);
-    let charged = rl(
-        &mut c,
-        &format!("RL.CHARGE {{user:42}}:tpm COST 1250 NOW {t}"),
+    let take = format!(
+        "RL.ALL 2 {{user:42}}:rpm {{user:42}}:tpm SLIDE 60 60000 TOKEN 100000 60000 COST 4000 NOW {t}"
     );
+    let words: Vec<&str> = take.split(' ').collect();
+    let all = |c: &mut Connection| -> Vec<redis::Value> {
+        redis::from_redis_value(&run(c, &words).unwrap()).unwrap()
+    };
+    let first = |v: &[redis::Value]| match v.first() {
+        Some(redis::Value::Int(i)) => *i,
+        other => panic!("{other:?}"),
+    };
+    // A call estimated at 4,000 that used 5,250.
+    assert_eq!(first(&all(&mut c)), 1);
+    let charged = rl(&mut c, &format!("RL.CHARGE {{user:42}}:tpm COST 1250 NOW {t}"));
     assert_eq!(charged[..3], [1, 100000, 94750]);
     // One estimated at 4,000 that used 2,700.
-    rl(&mut c, &tpm);
-    rl(&mut c, &rpm);
-    let refunded = rl(
-        &mut c,
-        &format!("RL.REFUND {{user:42}}:tpm COST 1300 NOW {t}"),
-    );
+    assert_eq!(first(&all(&mut c)), 1);
+    let refunded = rl(&mut c, &format!("RL.REFUND {{user:42}}:tpm COST 1300 NOW {t}"));
     assert_eq!(refunded[..3], [1, 100000, 92050]);
-    // The minute's token budget is spent by calls that used more than their estimates:
-    // the next estimate is refused, and the request limit has given nothing away.
-    rl(
-        &mut c,
-        &format!("RL.CHARGE {{user:42}}:tpm COST 92050 NOW {t}"),
-    );
-    let refused = rl(&mut c, &tpm);
-    assert_eq!(refused[..3], [0, 100000, 0]);
-    assert_eq!(
-        rl(&mut c, &format!("RL.PEEK {{user:42}}:rpm NOW {t}"))[2],
-        58
-    );
+    // The minute's token budget is spent by calls that used more than their estimates: the
+    // next is refused, and takes no request either.
+    rl(&mut c, &format!("RL.CHARGE {{user:42}}:tpm COST 92050 NOW {t}"));
+    assert_eq!(first(&all(&mut c)), 0);
+    assert_eq!(rl(&mut c, &format!("RL.PEEK {{user:42}}:rpm NOW {t}"))[2], 58);
     // A call that failed gives its request back.
     assert_eq!(
         rl(&mut c, &format!("RL.REFUND {{user:42}}:rpm NOW {t}"))[..3],

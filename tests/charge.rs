@@ -216,17 +216,29 @@ fn the_llm_token_budget_recipe(server: Server) {
     };
     // A call estimated at 4,000 that used 5,250.
     assert_eq!(first(&all(&mut c)), 1);
-    let charged = rl(&mut c, &format!("RL.CHARGE {{user:42}}:tpm COST 1250 NOW {t}"));
+    let charged = rl(
+        &mut c,
+        &format!("RL.CHARGE {{user:42}}:tpm COST 1250 NOW {t}"),
+    );
     assert_eq!(charged[..3], [1, 100000, 94750]);
     // One estimated at 4,000 that used 2,700.
     assert_eq!(first(&all(&mut c)), 1);
-    let refunded = rl(&mut c, &format!("RL.REFUND {{user:42}}:tpm COST 1300 NOW {t}"));
+    let refunded = rl(
+        &mut c,
+        &format!("RL.REFUND {{user:42}}:tpm COST 1300 NOW {t}"),
+    );
     assert_eq!(refunded[..3], [1, 100000, 92050]);
     // The minute's token budget is spent by calls that used more than their estimates: the
     // next is refused, and takes no request either.
-    rl(&mut c, &format!("RL.CHARGE {{user:42}}:tpm COST 92050 NOW {t}"));
+    rl(
+        &mut c,
+        &format!("RL.CHARGE {{user:42}}:tpm COST 92050 NOW {t}"),
+    );
     assert_eq!(first(&all(&mut c)), 0);
-    assert_eq!(rl(&mut c, &format!("RL.PEEK {{user:42}}:rpm NOW {t}"))[2], 58);
+    assert_eq!(
+        rl(&mut c, &format!("RL.PEEK {{user:42}}:rpm NOW {t}"))[2],
+        58
+    );
     // A call that failed gives its request back.
     assert_eq!(
         rl(&mut c, &format!("RL.REFUND {{user:42}}:rpm NOW {t}"))[..3],

@@ -256,7 +256,9 @@ fn big_values_are_freed_by_the_lazy_free_thread(server: Server) {
         before + 1,
         "UNLINK went to the lazy-free thread"
     );
-    // DEL frees on the main thread by default, lazily with lazyfree-lazy-user-del.
+    // DEL frees on the main thread with lazyfree-lazy-user-del no (the default before Valkey
+    // 8.0, whose default is yes), lazily with yes.
+    run(&mut c, &["CONFIG", "SET", "lazyfree-lazy-user-del", "no"]).expect("CONFIG");
     model.restore(&mut c, "d");
     assert_eq!(int(&mut c, &["DEL", "d"]), 1);
     assert_eq!(lazy(&mut c), before + 1, "a plain DEL frees at once");

@@ -110,8 +110,12 @@ test('node-redis: sendCommand without the key goes anywhere; with it, to the pri
   try {
     const prefix = fresh('node:nr');
     let before = await moved(nodes);
+    // Without the key a call may also fail outright ("Too many Cluster redirections", seen
+    // on Redis 7.4 and Valkey 7.2): that is the naive way's failure too, not the recipe's.
     for (let i = 0; i < CALLS; i++) {
-      await plain.sendCommand(undefined, false, ['RL.SLIDE', `${prefix}:a:${i}`, '5', '60000']);
+      await plain
+        .sendCommand(undefined, false, ['RL.SLIDE', `${prefix}:a:${i}`, '5', '60000'])
+        .catch(() => {});
     }
     const naive = (await moved(nodes)) - before;
     // With useReplicas, a call without its key may land on a replica and fail outright.

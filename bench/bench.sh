@@ -20,6 +20,9 @@
 #   BENCH_CLIENTS  redis-benchmark -c                 (default: 50)
 #   BENCH_PIPELINE redis-benchmark -P                 (default: 16)
 #   BENCH_TIMEOUT  seconds allowed for one redis-benchmark run (default: 180)
+#   BENCH_ONLY     a regular expression: run only the cases whose name matches (the first
+#                  case, the baseline, always runs; comparisons with cases that do not run
+#                  are dropped)
 # shellcheck source-path=SCRIPTDIR disable=SC2119 # (lib.sh: functions with optional arguments)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -92,6 +95,19 @@ CASES=(
   "lua-subwin-refuse  | evalsha  |                   | 25  |           | EVALSHA @sub_intervals@ 1 lua:sw 100 60000 1000"
   "lua-subwin-allow   | evalsha  |                   | 25  |           | EVALSHA @sub_intervals@ 1 lua:swall 2000000000 60000 1000"
   "lua-subwin-100k    | evalsha  |                   | 100 | -r 100000 | EVALSHA @sub_intervals@ 1 lua:s:__rand_int__ 100 60000 1000"
+  # RL.ACQUIRE + RL.RELEASE against the sorted-set semaphore (bench/semaphore.lua) and a
+  # plain ZREM to release, with client-made ids (-r: a new id on each call). Allowed: a
+  # 1 ms lease under a limit never reached, so the key holds the leases of the last
+  # millisecond or so, as a busy semaphore does; refused: 100 leases held for an hour.
+  # Release: 100,000 leases held in one key (FILL below), each call releases a random one;
+  # 20,000 calls, so about 90% find their lease (an id drawn twice finds nothing the second
+  # time), the same share for both. The pair's throughput is the line after the table.
+  "acquire-hot-allow  | rl.acquire | lua-acquire-allow | 100 | -r 1000000000 | RL.ACQUIRE semall 1000000000 1 ID __rand_int__"
+  "acquire-hot-refuse | rl.acquire | lua-acquire-refuse | 100 | -r 1000000000 | RL.ACQUIRE semfull 100 3600000 ID __rand_int__"
+  "release-100k       | rl.release | zrem-100k         | 2   | -r 100000 | RL.RELEASE rel __rand_int__"
+  "lua-acquire-allow  | evalsha  |                   | 25  | -r 1000000000 | EVALSHA @semaphore@ 1 lua:semall 1000000000 1 __rand_int__"
+  "lua-acquire-refuse | evalsha  |                   | 25  | -r 1000000000 | EVALSHA @semaphore@ 1 lua:semfull 100 3600000 __rand_int__"
+  "zrem-100k          | zrem     |                   | 2   | -r 100000 | ZREM lua:rel __rand_int__"
   # redis-cell, the peer of RL.TOKEN: CL.THROTTLE key max_burst count period_s (a bucket of
   # max_burst + 1). Hot allowed: one per second into a bucket of two billion, so that every
   # call moves the stored time (with a faster rate there is nothing to store).
@@ -99,6 +115,14 @@ CASES=(
   "cl-hot-allow       | cl.throttle |                | 100 |           | CL.THROTTLE cl:tokall 1999999999 1 1"
   "cl-100k-keys       | cl.throttle |                | 100 | -r 100000 | CL.THROTTLE cl:t:__rand_int__ 99 100 3600"
 )
+
+# Keys a case needs before it runs: the command, run once for each of the 100,000 numbers
+# __rand_int__ stands for with -r 100000 (000000000000 .. 000000099999).
+declare -A FILL=(
+  [release-100k]="RL.ACQUIRE rel 1000000000 3600000 ID __rand_int__"
+  [zrem-100k]="EVALSHA @semaphore@ 1 lua:rel 1000000000 3600000 __rand_int__"
+)
+FILL_N=100000
 
 # Targets from issue 10, on throughput:
 MIN_X_SET=0.85     # every RL.* case on 100,000 random keys, x set-px-100k
@@ -111,7 +135,8 @@ SUBWIN_SHAPE="1000000 3600000 60000" # a million per hour in 60 sub-intervals
 SUBWIN_N=60
 
 # The settings given in the environment, to print how the figures were produced.
-env_used MODULE CELL_SO BENCH_N BENCH_ROUNDS BENCH_CLIENTS BENCH_PIPELINE BENCH_TIMEOUT
+env_used MODULE CELL_SO BENCH_N BENCH_ROUNDS BENCH_CLIENTS BENCH_PIPELINE BENCH_TIMEOUT BENCH_ONLY
+ONLY=${BENCH_ONLY:-}
 N=${BENCH_N:-1000000}
 ROUNDS=${BENCH_ROUNDS:-1}
 CLIENTS=${BENCH_CLIENTS:-50}
@@ -157,6 +182,7 @@ for i in "${!CASES[@]}"; do
   [[ -z ${KNOWN[$name]:-} ]] || die "duplicate case name $name"
   KNOWN[$name]=1
   [[ -n $CELL_SO || ! $cmd =~ ^CL\. ]] || continue
+  [[ -z $ONLY || $i == 0 || $name =~ $ONLY ]] || continue
   INDEX[$name]=${#NAMES[@]}
   NAMES+=("$name") STATS+=("$stat") VS+=("$vs") SHARE+=("$share") OPTS+=("$opts") CMDS+=("$cmd")
 done
@@ -182,6 +208,16 @@ run_case() { # index
   # Every case starts from an empty dataset, so earlier cases' keys (and their expiry)
   # do not weigh on it.
   rcli FLUSHALL >/dev/null
+  if [[ -n ${FILL[${NAMES[i]}]:-} ]]; then
+    local fill
+    command_words "${FILL[${NAMES[i]}]}"
+    fill="${WORDS[*]}"
+    awk -v pre="${fill%%__rand_int__*}" -v post="${fill#*__rand_int__}" -v n="$FILL_N" \
+      'BEGIN { for (k = 0; k < n; k++) printf "%s%012d%s\n", pre, k, post }' |
+      timeout 300 redis-cli -h 127.0.0.1 -p "$PORT" --pipe >/dev/null 2>&1 ||
+      die "case ${NAMES[i]}: filling its keys failed"
+    command_words "${CMDS[i]}"
+  fi
   rcli CONFIG RESETSTAT >/dev/null
   out=$(timeout "$CASE_TIMEOUT" "${PIN_CLIENT[@]}" redis-benchmark -h 127.0.0.1 -p "$PORT" \
     -P "$PIPELINE" -c "$CLIENTS" -n "$n" --csv "${opts[@]}" "${WORDS[@]}" 2>&1) || rc=$?
@@ -308,6 +344,19 @@ if [[ -n ${INDEX[all-hot-allow]:-} && -n ${INDEX[token-hot-allow]:-} ]]; then
     printf "all-hot-allow: %.0f decisions/s over two keys; two RL.TOKEN calls (token-hot-allow): %.0f decisions/s; %.2fx\n",
       a, t / 2, (t > 0 ? a / (t / 2) : 0)
   }'
+fi
+# A lease's whole life, acquired then released: one pair takes an acquisition and a
+# release, so pairs/s = 1 / (1 / acquisitions/s + 1 / releases/s), for each side.
+if [[ -n ${INDEX[acquire-hot-allow]:-} && -n ${INDEX[release-100k]:-} &&
+  -n ${INDEX[lua-acquire-allow]:-} && -n ${INDEX[zrem-100k]:-} ]]; then
+  pair() { awk -v a="${BEST_RPS[${INDEX[$1]}]}" -v r="${BEST_RPS[${INDEX[$2]}]}" \
+    'BEGIN { printf "%.0f", (a > 0 && r > 0 ? 1 / (1 / a + 1 / r) : 0) }'; }
+  rl_pairs=$(pair acquire-hot-allow release-100k)
+  lua_pairs=$(pair lua-acquire-allow zrem-100k)
+  x=$(awk -v a="$rl_pairs" -v b="$lua_pairs" 'BEGIN { printf "%.1f", (b > 0 ? a / b : 0) }')
+  printf 'acquire+release pairs: RL.ACQUIRE + RL.RELEASE %s pairs/s; semaphore.lua + ZREM %s pairs/s; %sx\n' \
+    "$rl_pairs" "$lua_pairs" "$x"
+  below "acquire+release pairs" "$x" "$MIN_X_LUA" "semaphore.lua + ZREM"
 fi
 echo
 awk -v rl="$MEM_RL" -v z="$MEM_Z" -v n="$MEM_REQS" -v enc="$ZENC" -v one="$MEM_ONE" 'BEGIN {

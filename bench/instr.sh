@@ -58,7 +58,12 @@ STOP_WAIT=10 # valgrind writes its last dump
 #           new=<live case>: the keys of <live case> are in place (warmed again if that
 #                   case did not just run), and the case runs with -r 1000000000 on another
 #                   prefix: every call creates a key (about 0.2 collisions in 20,000);
-#           none:   FLUSHALL only.
+#           none:   FLUSHALL only;
+#           fill:<command>: FLUSHALL, then <command> once for each of the 100,000 numbers
+#                   __rand_int__ stands for with -r 100000 (e.g. 100,000 leases in one key,
+#                   ids 000000000000 .. 000000099999); the case runs with -r 100000.
+#           A hot case whose command holds __rand_int__ (a lease id) is warmed with the
+#           ids 000000000000 .. 000000000199 and runs with -r 1000000000 (new ids).
 #   expect  first element of the reply of one more call after the window: 1 (allowed),
 #           0 (refused), - (no check). CL.THROTTLE answers 0 when allowed.
 #   target  which target of issue 10 the case is checked against: live (allowed, random
@@ -106,6 +111,15 @@ CASES=(
   "all-hot-allow     | hot                  | 1   | -      | lua-all-hot-allow token-hot-allow | 100 | RL.ALL 2 {u}:r {u}:t TOKEN 2000000000 1000 TOKEN 2000000000 1000 COST 4"
   "all-hot-refuse    | hot                  | 0   | -      | lua-all-hot-refuse token-hot-refuse | 100 | RL.ALL 2 {u}:rr {u}:tt TOKEN 100 86400000 TOKEN 2000000000 1000 COST 4"
 
+  # RL.ACQUIRE + RL.RELEASE against the sorted-set semaphore (bench/semaphore.lua) and ZREM.
+  # Allowed: a short lease (1 ms) under a limit never reached, so the key holds the leases of
+  # the last millisecond or so, as a busy semaphore does; refused: 100 leases held for a day.
+  # Release: 100,000 leases held in one key, each call releases a random one (-r 100000;
+  # some ids come twice, and a second release finds nothing: the count is printed).
+  "acquire-hot-allow  | hot                  | 1   | -      | lua-acquire-hot-allow     | 100 | RL.ACQUIRE semall 1000000000 1 ID __rand_int__"
+  "acquire-hot-refuse | hot                  | 0   | refuse | lua-acquire-hot-refuse    | 100 | RL.ACQUIRE semfull 100 86400000 ID __rand_int__"
+  "release-live       | fill:RL.ACQUIRE rel 1000000000 86400000 ID __rand_int__ | - | - | zrem-live | 50 | RL.RELEASE rel __rand_int__"
+
   "lua-slide-hot-allow    | hot                   | 1 | - |  | 25 | EVALSHA @sliding_log@ 1 hotall 4000000000 1000"
   "lua-slide-hot-refuse   | hot                   | 0 | - |  | 25 | EVALSHA @sliding_log@ 1 hot 100 86400000"
   "lua-slide-live         | live                  | 1 | - |  | 25 | EVALSHA @sliding_log@ 1 k:__rand_int__ 100 86400000"
@@ -129,6 +143,10 @@ CASES=(
 
   "lua-all-hot-allow      | hot                   | 1 | - |  | 25 | EVALSHA @all_gcra@ 2 {u}:r {u}:t 2000000000 1000 2000000000 1000 4"
   "lua-all-hot-refuse     | hot                   | 0 | - |  | 25 | EVALSHA @all_gcra@ 2 {u}:rr {u}:tt 100 86400000 2000000000 1000 4"
+
+  "lua-acquire-hot-allow  | hot                   | 1 | - |  | 25 | EVALSHA @semaphore@ 1 semall 1000000000 1 __rand_int__"
+  "lua-acquire-hot-refuse | hot                   | 0 | - |  | 25 | EVALSHA @semaphore@ 1 semfull 100 86400000 __rand_int__"
+  "zrem-live              | fill:EVALSHA @semaphore@ 1 rel 1000000000 86400000 __rand_int__ | - | - |  | 50 | ZREM rel __rand_int__"
 
   # redis-cell: CL.THROTTLE key max_burst count period_s; the bucket holds max_burst + 1.
   # Hot allowed: one per second with a bucket of two billion, so every call moves the
@@ -264,7 +282,22 @@ warm() {
         rcli "${setup[@]}" >/dev/null
       fi
       command_words "${CMDS[i]}"
-      for _ in $(seq "$WARM_HOT"); do echo "${WORDS[*]}"; done | pipe_in
+      live="${WORDS[*]}"
+      if [[ $live == *__rand_int__* ]]; then
+        awk -v pre="${live%%__rand_int__*}" -v post="${live#*__rand_int__}" -v n="$WARM_HOT" \
+          'BEGIN { for (k = 0; k < n; k++) printf "%s%012d%s\n", pre, k, post }' | pipe_in
+      else
+        for _ in $(seq "$WARM_HOT"); do echo "$live"; done | pipe_in
+      fi
+      LAST_LIVE=
+      ;;
+    fill:*)
+      rcli FLUSHALL >/dev/null
+      command_words "${shape#fill:}"
+      live="${WORDS[*]}"
+      [[ $live == *__rand_int__* ]] || die "case ${NAMES[i]}: a fill command needs __rand_int__"
+      awk -v pre="${live%%__rand_int__*}" -v post="${live#*__rand_int__}" -v n="$LIVE_KEYS" \
+        'BEGIN { for (k = 0; k < n; k++) printf "%s%012d%s\n", pre, k, post }' | pipe_in
       LAST_LIVE=
       ;;
     live)
@@ -296,8 +329,9 @@ measure() {
   ((n >= 1000)) || n=1000
   command_words "${CMDS[i]}"
   case ${SHAPES[i]} in
-    live) opts=(-r "$LIVE_KEYS") ;;
+    live | fill:*) opts=(-r "$LIVE_KEYS") ;;
     new=*) opts=(-r "$NEW_RANGE") ;;
+    hot*) [[ ${CMDS[i]} != *__rand_int__* ]] || opts=(-r "$NEW_RANGE") ;;
   esac
   rcli CONFIG RESETSTAT >/dev/null
   keys=$(rcli DBSIZE)
@@ -329,10 +363,21 @@ measure() {
       local made=$(($(rcli DBSIZE) - keys))
       ((made * 100 >= n * 99)) || die "case ${NAMES[i]}: $made keys created by $n calls"
       ;;
+    fill:*)
+      # How many calls found their lease: the leases gone from the key.
+      local held
+      if [[ ${WORDS[0]} == RL.* ]]; then
+        held=$(rcli RL.PEEK "${WORDS[1]}" | sed -n '1,3p' | tr '\n' ' ' |
+          awk '{ print $2 - $3 }')
+      else
+        held=$(rcli ZCARD "${WORDS[1]}")
+      fi
+      FOUND[i]=$((LIVE_KEYS - held))
+      ;;
   esac
   if [[ ${EXPECT[i]} != - ]]; then
     local key=000000000001
-    [[ ${SHAPES[i]} != new=* ]] || key=999999999999
+    [[ ${SHAPES[i]} != new=* && ${SHAPES[i]} != hot* ]] || key=999999999999
     reply=$(rcli "${WORDS[@]//__rand_int__/$key}" 2>&1 | head -n 1)
     [[ $reply == "${EXPECT[i]}" ]] || die "case ${NAMES[i]}: one more call answers '$reply' first, expected ${EXPECT[i]}"
   fi
@@ -340,7 +385,7 @@ measure() {
     "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')")"
 }
 
-IRS=()
+IRS=() FOUND=()
 for i in "${!NAMES[@]}"; do
   warm "$i"
   measure "$i"
@@ -424,8 +469,9 @@ display_cmd() {
   local i=$1 c=${CMDS[$1]}
   c=$(script_names "$c")
   case ${SHAPES[i]} in
-    live) c="[-r $LIVE_KEYS] $c" ;;
+    live | fill:*) c="[-r $LIVE_KEYS] $c" ;;
     new=*) c="[-r $NEW_RANGE] $c" ;;
+    hot*) [[ $c != *__rand_int__* ]] || c="[-r $NEW_RANGE] $c" ;;
   esac
   printf '%s' "$c"
 }
@@ -464,6 +510,23 @@ for i in "${!NAMES[@]}"; do
     MISSES+=("${NAMES[i]}: ${x}x $what, target <= ${max}x")
   fi
 done
+
+# A lease's whole life, acquired then released, against the script and ZREM.
+PAIR=(acquire-hot-allow release-live lua-acquire-hot-allow zrem-live)
+have_pair=1
+for c in "${PAIR[@]}"; do [[ -n ${INDEX[$c]:-} ]] || have_pair=0; done
+if ((have_pair)); then
+  ir() { echo "${IRS[${INDEX[$1]}]}"; }
+  found() { echo "${FOUND[${INDEX[$1]}]:-0} of $((N * SHARE[${INDEX[$1]}] / 100))"; }
+  rl_pair=$(awk -v a="$(ir acquire-hot-allow)" -v b="$(ir release-live)" 'BEGIN { print a + b }')
+  lua_pair=$(awk -v a="$(ir lua-acquire-hot-allow)" -v b="$(ir zrem-live)" 'BEGIN { print a + b }')
+  echo
+  printf 'acquire+release pair: RL.ACQUIRE + RL.RELEASE %s, semaphore.lua + ZREM %s instructions: the script costs %s\n' \
+    "$(fmt_int "$rl_pair")" "$(fmt_int "$lua_pair")" "$(ratio "$lua_pair" "$rl_pair")"
+  printf '  (releases that found their lease: RL.RELEASE %s, ZREM %s)\n' "$(found release-live)" "$(found zrem-live)"
+  x=$(awk -v a="$lua_pair" -v b="$rl_pair" 'BEGIN { printf "%.2f", a / b }')
+  if awk -v x="$x" 'BEGIN { exit !(x < 5) }'; then MISSES+=("acquire+release pair: the script costs ${x}x, target >= 5x"); fi
+fi
 
 if ((${#PROP[@]} > 0)); then
   echo

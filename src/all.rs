@@ -9,6 +9,7 @@
 
 use crate::algo::fixed::FixedWindow;
 use crate::algo::gcra::Gcra;
+use crate::algo::lease::{Leases, MAX_LEASES};
 use crate::algo::slide::SlidingLog;
 use crate::algo::subwin::SubWindow;
 use std::ops::DerefMut;
@@ -20,7 +21,7 @@ use crate::args::{Spec, SpecParams, ALL_INLINE_KEYS};
 use crate::error::Error;
 use crate::value::{Kind, Limiter};
 
-impl Spec {
+impl Spec<'_> {
     /// The kind of limiter the spec is for.
     pub fn kind(&self) -> Kind {
         match self.params {
@@ -29,6 +30,7 @@ impl Spec {
             SpecParams::Leaky(_) => Kind::Leaky,
             SpecParams::Fixed(_) => Kind::Fixed,
             SpecParams::Subwin(_) => Kind::Subwin,
+            SpecParams::Acquire(_) => Kind::Lease,
         }
     }
 
@@ -40,6 +42,7 @@ impl Spec {
             SpecParams::Leaky(p) => Limiter::Leaky(Box::new(Gcra::new(p))),
             SpecParams::Fixed(p) => Limiter::Fixed(Box::new(FixedWindow::new(p))),
             SpecParams::Subwin(p) => Limiter::Subwin(SubWindow::new(p)),
+            SpecParams::Acquire(p) => Limiter::Lease(Box::new(Leases::new(p))),
         }
     }
 
@@ -73,20 +76,42 @@ impl Spec {
             (SpecParams::Leaky(p), Limiter::Leaky(g)) => g.evaluate(now, p, cost),
             (SpecParams::Fixed(p), Limiter::Fixed(w)) => w.evaluate(now, p, cost),
             (SpecParams::Subwin(p), Limiter::Subwin(w)) => w.evaluate(now, p, cost),
+            (SpecParams::Acquire(p), Limiter::Lease(l)) => l.evaluate(now, p, cost, self.id),
             _ => return None,
         })
     }
 
-    /// Records the spec's cost at `now`; false (nothing changed) for another kind.
-    fn record(&self, limiter: &mut Limiter, now: Millis) -> bool {
+    /// Records the spec's cost at `now`: `Some` with the lease granted (or renewed) for an
+    /// `ACQUIRE` spec, `Some(None)` for the others; `None` (nothing changed) for another
+    /// kind, or a lease that no longer fits (which [`acquire`] rules out beforehand).
+    fn record(&self, limiter: &mut Limiter, now: Millis) -> Option<Option<Vec<u8>>> {
         let cost = self.cost;
-        match (&self.params, limiter) {
+        let done = match (&self.params, limiter) {
+            (SpecParams::Acquire(p), Limiter::Lease(l)) => {
+                return l.acquire(now, p, cost, self.id).ok().map(|got| got.id);
+            }
             (SpecParams::Slide(w), Limiter::Slide(l)) => l.record(now, w.as_slice(), cost),
             (SpecParams::Token(p), Limiter::Token(g)) => g.record(now, p, cost),
             (SpecParams::Leaky(p), Limiter::Leaky(g)) => g.record(now, p, cost),
             (SpecParams::Fixed(p), Limiter::Fixed(w)) => w.record(now, p, cost),
             (SpecParams::Subwin(p), Limiter::Subwin(w)) => w.record(now, p, cost),
             _ => false,
+        };
+        done.then_some(None)
+    }
+
+    /// An error when the spec's lease would be granted but its key holds as many leases as
+    /// a key may: checked before anything changes.
+    fn fits(&self, limiter: &Limiter, now: Millis) -> Result<(), Error> {
+        match (&self.params, limiter) {
+            (SpecParams::Acquire(_), Limiter::Lease(l))
+                if self.cost > 0
+                    && !self.id.is_some_and(|id| l.holds(now, id))
+                    && l.live_at(now.max(l.latest())) >= MAX_LEASES =>
+            {
+                Err(Error::TooManyLeases(MAX_LEASES))
+            }
+            _ => Ok(()),
         }
     }
 }
@@ -116,7 +141,7 @@ impl<H: DerefMut<Target = Limiter>> Target<H> {
 }
 
 /// What a call did to one limiter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Outcome {
     /// Its own five fields: waits and reset from the caller's time, as its own command
     /// replies. When the call is refused, one that would have allowed answers as its own
@@ -132,6 +157,8 @@ pub struct Outcome {
     pub latest: Millis,
     /// When the limiter is back to empty after the call.
     pub empty_at: Option<Millis>,
+    /// For an `ACQUIRE` spec, the lease granted or renewed (none when refused).
+    pub id: Option<Vec<u8>>,
 }
 
 /// Each limiter's outcome in key order; up to [`ALL_INLINE_KEYS`] without allocating.
@@ -174,10 +201,19 @@ pub fn acquire<H: DerefMut<Target = Limiter>>(
             before: None,
             latest,
             empty_at: None,
+            id: None,
         });
     }
     if each.iter().all(|o| o.decision.allowed) {
-        for ((t, spec), o) in targets.iter_mut().zip(specs).zip(each.iter_mut()) {
+        for (i, (t, spec)) in targets.iter().zip(specs).enumerate() {
+            spec.fits(t.get(), now).map_err(|e| (i, e))?;
+        }
+        for (i, ((t, spec), o)) in targets
+            .iter_mut()
+            .zip(specs)
+            .zip(each.iter_mut())
+            .enumerate()
+        {
             if spec.cost == 0 {
                 continue;
             }
@@ -185,7 +221,10 @@ pub fn acquire<H: DerefMut<Target = Limiter>>(
                 o.before = held.empty_at();
             }
             let limiter = t.get_mut();
-            spec.record(limiter, now);
+            let Some(id) = spec.record(limiter, now) else {
+                return Err((i, Error::Internal("RL.ALL")));
+            };
+            o.id = id;
             o.changed = true;
             (o.latest, o.empty_at) = (limiter.latest(), limiter.empty_at());
             o.decision = o.decision.resetting_at(o.empty_at, now);
@@ -278,10 +317,13 @@ mod tests {
 
     const T0: Millis = 1_700_000_000_000;
 
-    fn specs(line: &str) -> Vec<Spec> {
-        let words: Vec<&str> = line.split(' ').collect();
+    /// The specs of an `RL.ALL` line (its words leaked: an ACQUIRE spec borrows its id).
+    fn specs(line: &str) -> Vec<Spec<'static>> {
+        let line: &'static str = Box::leak(line.to_string().into_boxed_str());
+        let words: &'static [&'static str] =
+            Box::leak(line.split(' ').collect::<Vec<_>>().into_boxed_slice());
         let mut specs = args::Specs::new();
-        args::all(&words, &mut specs).unwrap();
+        args::all(words, &mut specs).unwrap();
         specs.to_vec()
     }
 
@@ -340,6 +382,22 @@ mod tests {
                 let h = h.and_then(|mut h| h.subwin_mut().cloned());
                 let (l, d) = run(h.as_ref(), SubWindow::new(p), p, cost, now);
                 (l.map(Limiter::Subwin), d)
+            }
+            // RL.ACQUIRE as its handler runs it.
+            (SpecParams::Acquire(p), h) => {
+                let mut l = match h {
+                    Some(Limiter::Lease(l)) => *l,
+                    _ => Leases::new(p),
+                };
+                let behind = l.latest().saturating_sub(now);
+                let got = l.acquire(now, p, cost, spec.id).unwrap();
+                let d = got.decision.seen_from_behind(behind);
+                if got.id.is_some() {
+                    let d = d.resetting_at(l.empty_at(), now);
+                    (Some(Limiter::Lease(Box::new(l))), d)
+                } else {
+                    (None, d)
+                }
             }
         }
     }
@@ -407,6 +465,30 @@ mod tests {
     }
 
     #[test]
+    fn rate_and_concurrency_decide_together() {
+        let s = specs("RL.ALL 2 rpm jobs TOKEN 3 60000 ACQUIRE 1 30000 ID job1");
+        let mut keys = [None, None];
+        let ok = call(&mut keys, &s, T0);
+        assert_eq!(ok.decision.as_reply()[..3], [1, 1, 0]);
+        assert_eq!(ok.each[1].id.as_deref(), Some(&b"job1"[..]));
+        // The same id again renews its lease: allowed, one more request taken.
+        let again = call(&mut keys, &s, T0 + 10);
+        assert_eq!(again.each[1].decision.as_reply(), [1, 1, 0, 0, 30000]);
+        assert_eq!(again.each[0].decision.as_reply()[..3], [1, 3, 1]);
+        // Another job: the lease is held, so no request is taken either.
+        let other = specs("RL.ALL 2 rpm jobs TOKEN 9 60000 ACQUIRE 1 30000");
+        let before = encoded(&keys);
+        let refused = call(&mut keys, &other, T0 + 20);
+        assert_eq!(refused.decision.as_reply(), [0, 1, 0, 29990, 29990]);
+        assert_eq!(refused.each[1].id, None);
+        assert_eq!(encoded(&keys), before);
+        // Once it has ended, a server-made id.
+        let later = call(&mut keys, &other, T0 + 30010);
+        assert!(later.decision.allowed);
+        assert!(later.each[1].id.is_some());
+    }
+
+    #[test]
     fn another_kind_is_an_error_naming_its_index() {
         let s = specs("RL.ALL 2 a b TOKEN 5 1000 FIXED 5 1000");
         let mut keys = [None, Some(s[0].fresh())];
@@ -467,7 +549,7 @@ mod tests {
         let limit = 1u64..6;
         let window = 1u64..8;
         (
-            0u8..5,
+            0u8..6,
             limit.clone(),
             limit,
             window.clone(),
@@ -491,6 +573,9 @@ mod tests {
                     2 => format!("LEAKY {l} {w} MAXDELAY {} BURST {opt}{cost}", w * 2),
                     3 if opt % 2 == 0 => format!("FIXED {l} {w}{cost}"),
                     3 => format!("FIXED {l} {w} ALIGN{cost}"),
+                    // A lease: server-made ids, or one of two ids of the caller's.
+                    5 if opt < 2 => format!("ACQUIRE {l} {w}{cost}"),
+                    5 => format!("ACQUIRE {l} {w} ID job{}{cost}", opt % 2),
                     _ => format!("SUBWIN {l} {w} {}{cost}", w / [1, 5, 25, 125][opt as usize]),
                 };
                 (kind, [words(l1, w1), words(l2, w2)])
@@ -498,7 +583,7 @@ mod tests {
     }
 
     proptest! {
-        /// A random mix of 1 to 8 limiters of every kind, called together many times:
+        /// A random mix of 1 to 8 limiters of every kind (ACQUIRE too), called together many times:
         /// when every one allows, the call equals calling each key's own command one by one;
         /// when one refuses, nothing changes.
         #[test]

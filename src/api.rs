@@ -67,8 +67,12 @@ pub enum Reply {
 /// other command returns, stays small).
 pub struct AllReply {
     pub decision: Decision,
-    pub each: SmallVec<[Decision; ALL_INLINE_KEYS]>,
+    pub each: SmallVec<[AllEntry; ALL_INLINE_KEYS]>,
 }
+
+/// One limiter's entry in `RL.ALL`'s reply: its decision, and for an `ACQUIRE` limiter its
+/// lease id (`Some(None)`: none granted, answered nil).
+pub type AllEntry = (Decision, Option<Option<Vec<u8>>>);
 
 /// A handler's successful answer, as the dispatcher counts and writes it.
 pub trait Answer {
@@ -140,8 +144,9 @@ impl Answer for AllReply {
     }
 
     unsafe fn reply(self, ctx: *mut raw::RedisModuleCtx) {
-        // The five fields of the call, then one array of five per limiter: a client that
-        // reads the first five reads it as any RL.* reply.
+        // The five fields of the call, then one array of five per limiter (six for an
+        // ACQUIRE limiter: RL.ACQUIRE's reply, with its lease id): a client that reads the
+        // first five reads it as any RL.* reply.
         if let (Some(array), Some(long_long)) = (
             raw::RedisModule_ReplyWithArray,
             raw::RedisModule_ReplyWithLongLong,
@@ -150,8 +155,11 @@ impl Answer for AllReply {
             for v in self.decision.as_reply() {
                 long_long(ctx, v);
             }
-            for d in &self.each {
-                reply_decision(ctx, d);
+            for (d, lease) in &self.each {
+                match lease {
+                    Some(id) => reply_lease(ctx, d, id.as_deref()),
+                    None => reply_decision(ctx, d),
+                }
             }
         }
     }

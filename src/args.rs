@@ -7,6 +7,7 @@ use smallvec::SmallVec;
 
 use crate::algo::fixed;
 use crate::algo::gcra::{self, Params, MAX_RATE_LIMIT};
+use crate::algo::lease;
 use crate::algo::slide::{MAX_LIMIT, MAX_WINDOWS, MAX_WINDOW_MS};
 use crate::algo::subwin::{self, MAX_SUBINTERVALS};
 use crate::algo::{Millis, Window, MAX_TIMESTAMP};
@@ -276,17 +277,21 @@ pub enum SpecParams {
     Leaky(Params),
     Fixed(fixed::Params),
     Subwin(subwin::Params),
+    /// `ACQUIRE limit lease_ms [ID lease-id] [COST n]` (no BLOCK: RL.ALL never waits).
+    Acquire(lease::Params),
 }
 
-/// A limiter spec of `RL.ALL` with its own COST.
+/// A limiter spec of `RL.ALL` with its own COST (and, for `ACQUIRE`, the lease id given,
+/// borrowed from the call's arguments).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Spec {
+pub struct Spec<'a> {
     pub params: SpecParams,
     pub cost: u64,
+    pub id: Option<&'a [u8]>,
 }
 
 /// The specs of one `RL.ALL` call, in key order; up to [`ALL_INLINE_KEYS`] on the stack.
-pub type Specs = SmallVec<[Spec; ALL_INLINE_KEYS]>;
+pub type Specs<'a> = SmallVec<[Spec<'a>; ALL_INLINE_KEYS]>;
 
 /// `RL.ALL numkeys key [key ...] spec [spec ...] [NOW ms]`, a spec per key in key order (the
 /// specs go to the caller's [`Specs`], which is not moved on the way out).
@@ -308,8 +313,8 @@ enum Positional {
 /// Each spec's kind keyword, positional parameters and options (those of the kind's own
 /// command but NOW, which `RL.ALL` takes once for the whole call). A spec ends after its
 /// positional parameters and the options its kind knows, so a new kind is one line here
-/// whatever its option values look like. (`ACQUIRE` is meant to be the next.)
-const SPEC_KINDS: [(Kind, &str, Positional, &[Opt]); 5] = [
+/// whatever its option values look like (`ACQUIRE`'s ID and BLOCK are read in `all`).
+const SPEC_KINDS: [(Kind, &str, Positional, &[Opt]); 6] = [
     (Kind::Slide, "SLIDE", Positional::Pairs, &[Opt::Cost]),
     (
         Kind::Token,
@@ -330,7 +335,12 @@ const SPEC_KINDS: [(Kind, &str, Positional, &[Opt]); 5] = [
         &[Opt::Align, Opt::Cost],
     ),
     (Kind::Subwin, "SUBWIN", Positional::Numbers(3), &[Opt::Cost]),
+    (Kind::Lease, "ACQUIRE", Positional::Numbers(2), &[Opt::Cost]),
 ];
+
+/// The options of an `ACQUIRE` spec that take any word as their value (BLOCK is taken into
+/// the spec so that its error says it is not allowed there).
+const LEASE_WORD_OPTS: [&str; 2] = ["ID", "BLOCK"];
 
 fn spec_kind(word: &[u8]) -> Option<(Kind, Positional, &'static [Opt])> {
     SPEC_KINDS
@@ -354,7 +364,7 @@ pub fn all_keys<A: AsBytes>(args: &[A]) -> std::ops::Range<usize> {
 /// Parses `RL.ALL`. An error about one spec names its key ([`Error::ForKey`]). The specs
 /// are parsed by their kinds' own parsers, each handed the spec's words as its command's
 /// arguments after the key.
-pub fn all<'a, A: AsBytes>(args: &'a [A], specs: &mut Specs) -> Result<All<'a, A>, Error> {
+pub fn all<'a, A: AsBytes>(args: &'a [A], specs: &mut Specs<'a>) -> Result<All<'a, A>, Error> {
     // `let ... else` rather than `ok_or`: an `Error` made and dropped on every call costs
     // a call to its destructor.
     let Some(numkeys) = args.get(1) else {
@@ -396,7 +406,7 @@ pub fn all<'a, A: AsBytes>(args: &'a [A], specs: &mut Specs) -> Result<All<'a, A
             return Err(match specs.len().checked_sub(1) {
                 Some(last) => Error::for_key(name(last), Error::UnknownOption(lossy(word))),
                 None => Error::InvalidWord(
-                    "expected a limiter kind (SLIDE, TOKEN, LEAKY, FIXED, SUBWIN) after the keys",
+                    "expected a limiter kind (SLIDE, TOKEN, LEAKY, FIXED, SUBWIN, ACQUIRE) after the keys",
                     lossy(word),
                 ),
             });
@@ -420,13 +430,23 @@ pub fn all<'a, A: AsBytes>(args: &'a [A], specs: &mut Specs) -> Result<All<'a, A
         while end - (at + 1) < most && args.get(end).is_some_and(is_number) {
             end += 1;
         }
-        while let Some(&(_, _, min, max)) = args.get(end).and_then(|w| {
-            OPTS.iter().find(|(opt, label, ..)| {
-                opts.contains(opt) && w.as_bytes().eq_ignore_ascii_case(label.as_bytes())
-            })
+        while let Some(step) = args.get(end).and_then(|w| {
+            let w = w.as_bytes();
+            if kind == Kind::Lease
+                && LEASE_WORD_OPTS
+                    .iter()
+                    .any(|l| w.eq_ignore_ascii_case(l.as_bytes()))
+            {
+                return Some(2);
+            }
+            OPTS.iter()
+                .find(|(opt, label, ..)| {
+                    opts.contains(opt) && w.eq_ignore_ascii_case(label.as_bytes())
+                })
+                // A flag is one word, an option two.
+                .map(|&(_, _, min, max)| if min > max { 1 } else { 2 })
         }) {
-            // A flag is one word, an option two.
-            end += if min > max { 1 } else { 2 };
+            end += step;
         }
         let end = end.min(args.len());
         // The kind's parser reads its arguments from index 2: the spec's words after its
@@ -446,7 +466,7 @@ pub fn all<'a, A: AsBytes>(args: &'a [A], specs: &mut Specs) -> Result<All<'a, A
     Ok(All { keys, now })
 }
 
-fn parse_spec<A: AsBytes>(kind: Kind, words: &[A]) -> Result<Spec, Error> {
+fn parse_spec<A: AsBytes>(kind: Kind, words: &[A]) -> Result<Spec<'_>, Error> {
     let (params, options) = match kind {
         Kind::Slide => {
             let s = slide(words)?;
@@ -468,14 +488,30 @@ fn parse_spec<A: AsBytes>(kind: Kind, words: &[A]) -> Result<Spec, Error> {
             let w = subwin(words)?;
             (SpecParams::Subwin(w.params), w.options)
         }
-        // Not a kind RL.ALL's table splits on (yet).
-        Kind::Lease => return Err(Error::Invalid("RL.ALL does not take ACQUIRE limiters")),
+        Kind::Lease => {
+            let a = crate::lease::parse_acquire(words, false)?;
+            if a.block.is_some() {
+                return Err(Error::Invalid("BLOCK is not allowed inside RL.ALL"));
+            }
+            let id = match a.id {
+                None => None,
+                Some(std::borrow::Cow::Borrowed(id)) => Some(id),
+                // Ids are taken as given (hex only in effects).
+                Some(std::borrow::Cow::Owned(_)) => return Err(Error::Internal("RL.ALL")),
+            };
+            return Ok(Spec {
+                params: SpecParams::Acquire(a.params),
+                cost: a.cost,
+                id,
+            });
+        }
     };
     // NOW ends a spec (it is the call's), so no kind parser sees one.
     debug_assert!(options.now.is_none());
     Ok(Spec {
         params,
         cost: options.cost,
+        id: None,
     })
 }
 
@@ -846,7 +882,16 @@ mod tests {
         "RL.ALL 2 a a TOKEN 1 1 TOKEN 1 1",
         Error::for_key(b"a", Error::Invalid("the same key is given twice"))
     )]
-    #[case("RL.ALL 1 a 5 1000", Error::InvalidWord("expected a limiter kind (SLIDE, TOKEN, LEAKY, FIXED, SUBWIN) after the keys", "5".into()))]
+    #[case("RL.ALL 1 a 5 1000", Error::InvalidWord("expected a limiter kind (SLIDE, TOKEN, LEAKY, FIXED, SUBWIN, ACQUIRE) after the keys", "5".into()))]
+    #[case(
+        "RL.ALL 1 a ACQUIRE 2 1000 BLOCK 0",
+        Error::for_key(b"a", Error::Invalid("BLOCK is not allowed inside RL.ALL"))
+    )]
+    #[case(
+        "RL.ALL 1 a ACQUIRE 2 1000 ID",
+        Error::for_key(b"a", Error::MissingValue("ID"))
+    )]
+    #[case("RL.ALL 2 a b ACQUIRE 2 1000 TOKEN 1 1 ID x", Error::for_key(b"b", Error::UnknownOption("ID".into())))]
     #[case("RL.ALL 1 a TOKEN 1", Error::for_key(b"a", Error::Arity))]
     #[case("RL.ALL 1 a TOKEN 0 1", Error::for_key(b"a", Error::Range { arg: "limit", min: 1, max: MAX_RATE_LIMIT }))]
     #[case("RL.ALL 2 a b TOKEN 1 1 FIXED 1 1 BURST 2", Error::for_key(b"b", Error::UnknownOption("BURST".into())))]

@@ -262,21 +262,36 @@ fn acquire_on(
     let expiry = commands::settle(&key, c"rl.acquire", empty_at, clock.lag, before);
     let p = req.params;
     let granted = id.as_deref().unwrap_or_default();
-    propagate(ctx, name, mode, || {
-        let mut words = vec![
-            Word::Num(p.limit),
-            Word::Num(p.lease_ms),
-            Word::Text("ID"),
-            Word::Id(granted),
-        ];
-        if req.cost != args::COST_DEFAULT {
-            words.extend([Word::Text("COST"), Word::Num(req.cost)]);
-        }
-        words.extend([Word::Text("NOW"), Word::Num(at)]);
-        effect("RL.ACQUIRE", &words)
-    });
+    propagate(ctx, name, mode, || grant_effect(&p, req.cost, granted, at));
     commands::replicate_expiry(ctx, name, clock.lag, expiry);
     Ok(Answer { decision, id })
+}
+
+/// Propagates a lease granted (or renewed) by `RL.ALL` at `at`, as `RL.ACQUIRE`'s own effect.
+pub(crate) fn propagate_grant(
+    ctx: &Context,
+    name: Arg,
+    p: &Params,
+    cost: u64,
+    id: &[u8],
+    at: Millis,
+) {
+    propagate(ctx, name, Mode::Decide, || grant_effect(p, cost, id, at));
+}
+
+/// `RL.ACQUIRE limit lease_ms ID <hex> [COST n] NOW at`.
+fn grant_effect(p: &Params, cost: u64, id: &[u8], at: Millis) -> Vec<u8> {
+    let mut words = vec![
+        Word::Num(p.limit),
+        Word::Num(p.lease_ms),
+        Word::Text("ID"),
+        Word::Id(id),
+    ];
+    if cost != args::COST_DEFAULT {
+        words.extend([Word::Text("COST"), Word::Num(cost)]);
+    }
+    words.extend([Word::Text("NOW"), Word::Num(at)]);
+    effect("RL.ACQUIRE", &words)
 }
 
 pub fn acquire(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {

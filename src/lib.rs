@@ -208,7 +208,7 @@ static COMMANDS: [Info; 13] = [
 ];
 
 /// `RL.ALL`'s limiter specs, one per key (see `args::all`).
-const SPEC_KINDS: [Arg; 5] = [
+const SPEC_KINDS: [Arg; 6] = [
     Arg {
         name: "slide",
         kind: ArgKind::Block,
@@ -231,6 +231,19 @@ const SPEC_KINDS: [Arg; 5] = [
     spec_kind("leaky", "LEAKY", &[LIMIT, WINDOW_MS, MAXDELAY, BURST, COST]),
     spec_kind("fixed", "FIXED", &[LIMIT, WINDOW_MS, ALIGN, COST]),
     spec_kind("subwin", "SUBWIN", &[LIMIT, WINDOW_MS, RESOLUTION_MS, COST]),
+    spec_kind(
+        "acquire",
+        "ACQUIRE",
+        &[
+            LIMIT,
+            arg("lease-ms", ArgKind::Integer),
+            Arg {
+                kind: ArgKind::String,
+                ..option("ID", "lease-id")
+            },
+            COST,
+        ],
+    ),
 ];
 
 const fn spec_kind(name: &'static str, token: &'static str, sub: &'static [Arg]) -> Arg {
@@ -247,7 +260,7 @@ const fn spec_kind(name: &'static str, token: &'static str, sub: &'static [Arg])
 /// `RL.ALL numkeys key [key ...] limiter [limiter ...] [NOW ms]`.
 static ALL_INFO: Info = Info {
     name: "RL.ALL",
-    summary: "One all-or-nothing decision across several keys, each with its own limiter (SLIDE, TOKEN, LEAKY, FIXED or SUBWIN, its parameters and options as in its own command, and its own COST), at one time: allowed only if every limiter allows, and then every one records; otherwise none changes. Replies with the five fields of the limiter that decided, then each limiter's five in key order",
+    summary: "One all-or-nothing decision across several keys, each with its own limiter (SLIDE, TOKEN, LEAKY, FIXED, SUBWIN or ACQUIRE without BLOCK, its parameters and options as in its own command, and its own COST), at one time: allowed only if every limiter allows, and then every one records (an ACQUIRE limiter takes its lease); otherwise none changes. Replies with the five fields of the limiter that decided, then each limiter's five in key order (an ACQUIRE limiter's six: RL.ACQUIRE's reply with its lease id)",
     complexity: "The sum of each limiter's own command, for at most 16 keys",
     arity: -6,
     read_only: false,

@@ -138,7 +138,7 @@ fn every_kind_in_one_call(server: Server) {
 #[case(&["RL.ALL", "2", "a", "a", "TOKEN", "1", "1000", "TOKEN", "1", "1000"], "ERR the same key is given twice (key 'a')")]
 #[case(&["RL.ALL", "1", "a", "TOKEN", "1", "1000", "ALIGN"], "ERR unknown option 'ALIGN' (key 'a')")]
 #[case(&["RL.ALL", "1", "a", "TOKEN", "0", "1000"], "ERR limit must be an integer from 1 to 2147483647 (key 'a')")]
-#[case(&["RL.ALL", "1", "a", "HOURLY", "1", "1000"], "ERR expected a limiter kind (SLIDE, TOKEN, LEAKY, FIXED, SUBWIN) after the keys, got 'HOURLY'")]
+#[case(&["RL.ALL", "1", "a", "HOURLY", "1", "1000"], "ERR expected a limiter kind (SLIDE, TOKEN, LEAKY, FIXED, SUBWIN, ACQUIRE) after the keys, got 'HOURLY'")]
 #[case(&["RL.ALL", "1", "a", "TOKEN", "1", "1000", "NOW", "1", "2"], "ERR NOW comes once, after the last limiter; then nothing, got '2'")]
 fn bad_input(#[case] words: &[&str], #[case] want: &str) {
     let server = Server::start(&[]);
@@ -298,4 +298,111 @@ fn fifty_clients_on_two_layers_never_exceed_either(server: Server) {
         )
         .sum();
     assert_eq!(users as u64, total);
+}
+
+/// An RL.ALL reply as its combined five fields, then each limiter's fields: five integers,
+/// and for an ACQUIRE limiter the lease id (`Some(None)`: nil).
+type Entry = (Vec<i64>, Option<Option<String>>);
+
+fn all_with_leases(c: &mut Connection, line: &str) -> Vec<Entry> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let v = run(c, &words).unwrap_or_else(|e| panic!("{line}: {e}"));
+    let Value::Array(items) = v else {
+        panic!("{line}: {v:?}")
+    };
+    let ints = |vs: &[Value]| -> Vec<i64> {
+        vs.iter()
+            .map(|v| redis::from_redis_value(v).expect("an integer"))
+            .collect()
+    };
+    let mut out = vec![(ints(&items[..5]), None)];
+    for item in &items[5..] {
+        let Value::Array(f) = item else {
+            panic!("{line}: {item:?}")
+        };
+        let lease = (f.len() == 6).then(|| match &f[5] {
+            Value::Nil => None,
+            id => Some(redis::from_redis_value(id).expect("an id")),
+        });
+        out.push((ints(&f[..5]), lease));
+    }
+    out
+}
+
+/// The layered-limits recipe's rate plus concurrency: three requests a minute and two jobs at
+/// once for a user, decided together; the lease's id comes back in its limiter's entry (six
+/// fields, as RL.ACQUIRE answers), the grant replicates and reaches the AOF as RL.ACQUIRE's
+/// own effect, inside the call's MULTI.
+#[rstest]
+fn rate_and_concurrency_layers() {
+    let primary = Server::start(&["--appendonly", "yes"]);
+    let replica = primary.replica();
+    let (mut p, mut r) = (primary.conn(), replica.conn());
+    let t = unix_ms();
+    let line = |at: u64, opts: &str| {
+        format!("RL.ALL 2 {{u}}:rpm {{u}}:jobs SLIDE 3 60000 ACQUIRE 2 30000{opts} NOW {at}")
+    };
+    let got = all_with_leases(&mut p, &line(t, " ID a"));
+    assert_eq!(got[0], (vec![1, 2, 1, 0, 60000], None));
+    assert_eq!(got[1], (vec![1, 3, 2, 0, 60000], None));
+    assert_eq!(got[2], (vec![1, 2, 1, 0, 30000], Some(Some("a".into()))));
+    let got = all_with_leases(&mut p, &line(t + 1, ""));
+    assert_eq!(got[0].0[..3], [1, 2, 0]);
+    let made = got[2].1.clone().flatten().expect("a server-made id");
+    // Both units held: refused, and the request is not taken from the rate layer.
+    let got = all_with_leases(&mut p, &line(t + 2, " ID c"));
+    assert_eq!(got[0].0, [0, 2, 0, 29998, 59999]);
+    assert_eq!(got[1].0[..3], [1, 3, 1]);
+    assert_eq!(got[2], (vec![0, 2, 0, 29998, 29999], Some(None)));
+    assert_eq!(
+        rl(&mut p, &format!("RL.PEEK {{u}}:rpm NOW {}", t + 2))[2],
+        1
+    );
+    // Released: the next one is granted; then the rate layer refuses.
+    assert_eq!(
+        rl(&mut p, &format!("RL.RELEASE {{u}}:jobs a NOW {}", t + 3))[0],
+        1
+    );
+    let got = all_with_leases(&mut p, &line(t + 4, " ID c COST 1"));
+    assert_eq!(got[2].1, Some(Some("c".into())));
+    let got = all_with_leases(&mut p, &line(t + 5, " ID d"));
+    assert_eq!(got[0].0[..2], [0, 3]);
+    assert_eq!(
+        rl(
+            &mut p,
+            &format!("RL.RELEASE {{u}}:jobs {made} NOW {}", t + 6)
+        )[2],
+        1
+    );
+    // BLOCK has no place in RL.ALL; a lease key under another spec names its key.
+    let e = err(
+        &mut p,
+        &["RL.ALL", "1", "x", "ACQUIRE", "1", "1000", "BLOCK", "0"],
+    );
+    assert!(e.contains("BLOCK is not allowed inside RL.ALL"), "{e}");
+    let e = err(&mut p, &["RL.ALL", "1", "{u}:jobs", "TOKEN", "1", "1000"]);
+    assert!(e.contains("{u}:jobs"), "{e}");
+
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut p).unwrap();
+    assert_eq!(acked, 1);
+    assert_eq!(dataset_digest(&mut p), dataset_digest(&mut r));
+    let mut commands = Vec::new();
+    wait_until("the AOF to hold the grants", 10, || {
+        commands = aof_commands(&primary)
+            .into_iter()
+            .map(|words| words.join(" "))
+            .collect::<Vec<_>>();
+        commands.iter().filter(|c| c.contains("RL.ACQUIRE")).count() == 3
+    });
+    let at = |what: &str| commands.iter().position(|c| c.contains(what));
+    let first = at(&format!("{{u}}:jobs 2 30000 ID 61 NOW {t}")).expect("the grant");
+    let slide = at(&format!("RL.SLIDE {{u}}:rpm 3 60000 NOW {t}")).expect("the request");
+    assert_eq!(
+        commands[..first.min(slide)].last().map(String::as_str),
+        Some("MULTI")
+    );
+    assert!(
+        !commands.iter().any(|c| c.contains("RL.ALL")),
+        "{commands:?}"
+    );
 }

@@ -460,6 +460,7 @@ fn limiters_route_replicate_and_survive_a_failover() {
     hash_tags(&cluster, &map, &mut c);
     rl_all_in_one_slot(&cluster, &map, &mut c);
     reshard_one_slot(&cluster, &map, &limiters, &before, &mut c, t + 20);
+    leases_route(&cluster, &map, &mut c, &mut s);
 
     // Every replica has everything its primary wrote.
     for shard in &map {
@@ -846,4 +847,160 @@ fn rl_all_in_one_slot(cluster: &Cluster, map: &[Shard], c: &mut ClusterConnectio
     getkeys.extend(line(&[rpm, tpm], t));
     let keys: Vec<String> = cmd(&getkeys).query(&mut p).expect("GETKEYS");
     assert_eq!(keys, [rpm, tpm]);
+}
+
+/// RL.ACQUIRE, RL.EXTEND and RL.RELEASE through the cluster client on keys in every slot
+/// range of every shard, answering as a single server does; each lease key lives on its
+/// slot's primary only; sent to another node, each command gets MOVED; and when a slot
+/// holding leases moves, the client (whose map is then stale) follows MOVED to the leases.
+/// The slot moves between the two shards that are not failed over later.
+fn leases_route(
+    cluster: &Cluster,
+    map: &[Shard],
+    c: &mut ClusterConnection,
+    single: &mut Connection,
+) {
+    // The slots as they are now (a slot has moved since `map` was read); the first shard
+    // keeps its slots.
+    let first = map[0].primary;
+    let map = &shards(&mut cluster.conn(first))[..];
+    let ranges: Vec<(u16, u16, u16)> = (map.iter())
+        .flat_map(|s| s.slots.iter().map(|&(a, b)| (a, b, s.primary)))
+        .collect();
+    // Two keys in each slot range (more where they fall), at least 300 in all.
+    let mut keys: Vec<String> = Vec::new();
+    let mut per_range = vec![0; ranges.len()];
+    for i in 0.. {
+        let key = format!("lease:{i}");
+        let slot = get_slot(key.as_bytes());
+        let Some(r) = ranges.iter().position(|&(a, b, _)| (a..=b).contains(&slot)) else {
+            continue;
+        };
+        if per_range[r] < 2 || keys.len() < 300 {
+            per_range[r] += 1;
+            keys.push(key);
+        }
+        if keys.len() >= 300 && per_range.iter().all(|&n| n >= 2) {
+            break;
+        }
+    }
+    let t = unix_ms();
+    let mut calls: Vec<Vec<String>> = Vec::new();
+    for k in &keys {
+        let k = k.as_str();
+        calls.push(at(&["RL.ACQUIRE", k, "2", "600000", "ID", "a"], t));
+        calls.push(at(&["RL.ACQUIRE", k, "2", "600000"], t));
+        calls.push(at(&["RL.ACQUIRE", k, "2", "600000", "ID", "c"], t));
+        calls.push(at(&["RL.EXTEND", k, "a", "900000"], t + 1));
+        calls.push(at(&["RL.RELEASE", k, "a"], t + 2));
+        calls.push(at(&["RL.ACQUIRE", k, "2", "600000", "ID", "c"], t + 3));
+    }
+    let got = cluster_run(c, &calls);
+    let reference = single_run(single, &calls);
+    assert_eq!(got, reference, "the cluster answers as a single server");
+    let ints = |v: &Value| -> Vec<i64> {
+        let Value::Array(f) = v else { panic!("{v:?}") };
+        f.iter()
+            .take(5)
+            .map(|x| redis::from_redis_value(x).expect("an integer"))
+            .collect()
+    };
+    for (i, k) in keys.iter().enumerate() {
+        let r = &got[i * 6..i * 6 + 6];
+        assert_eq!(ints(&r[0]), [1, 2, 1, 0, 600_000], "{k}");
+        assert!(matches!(&r[0], Value::Array(f) if f[5] == Value::BulkString(b"a".to_vec())));
+        assert_eq!(ints(&r[1])[..3], [1, 2, 0], "{k}");
+        assert_eq!(ints(&r[2])[..3], [0, 2, 0], "{k}: refused");
+        assert_eq!(ints(&r[3])[..3], [1, 2, 0], "{k}: extended");
+        assert_eq!(ints(&r[4])[..3], [1, 2, 1], "{k}: released");
+        assert_eq!(
+            ints(&r[5])[..3],
+            [1, 2, 0],
+            "{k}: acquired after the release"
+        );
+    }
+    // Each key on its slot's primary only; straight to another primary, each command is
+    // redirected there.
+    for k in keys.iter().step_by(7) {
+        let slot = get_slot(k.as_bytes());
+        let owner = shard_of(map, slot).primary;
+        for shard in map {
+            let mut p = cluster.conn(shard.primary);
+            if shard.primary == owner {
+                assert_eq!(int(&mut p, &["EXISTS", k]), 1, "{k}");
+                continue;
+            }
+            let count = int(&mut p, &["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()]);
+            assert_eq!(count, 0, "{k} on another node");
+            for words in [
+                &["RL.ACQUIRE", k, "2", "600000"][..],
+                &["RL.EXTEND", k, "c", "600000"],
+                &["RL.RELEASE", k, "c"],
+            ] {
+                let e = run(&mut p, words).expect_err("a redirect");
+                assert_eq!(e.code(), Some("MOVED"), "{words:?}: {e}");
+                assert_eq!(e.detail(), Some(&*format!("{slot} 127.0.0.1:{owner}")));
+            }
+        }
+    }
+    // A slot with leases moves; the client still sends there, gets MOVED and follows it.
+    let others: Vec<&Shard> = map.iter().filter(|s| s.primary != first).collect();
+    let (from, to) = (others[0].primary, others[1].primary);
+    let key = (keys.iter())
+        .find(|k| others[0].owns(get_slot(k.as_bytes())))
+        .expect("a lease key on another shard than the first");
+    let slot = get_slot(key.as_bytes()).to_string();
+    let (mut src, mut dst) = (cluster.conn(from), cluster.conn(to));
+    let moving: Vec<String> = redis::cmd("CLUSTER")
+        .arg("GETKEYSINSLOT")
+        .arg(&slot)
+        .arg(1000)
+        .query(&mut src)
+        .expect("GETKEYSINSLOT");
+    let (src_id, dst_id) = (
+        text(&mut src, &["CLUSTER", "MYID"]),
+        text(&mut dst, &["CLUSTER", "MYID"]),
+    );
+    run(
+        &mut dst,
+        &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &src_id],
+    )
+    .expect("IMPORTING");
+    run(
+        &mut src,
+        &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &dst_id],
+    )
+    .expect("MIGRATING");
+    let mut migrate = redis::cmd("MIGRATE");
+    migrate
+        .arg("127.0.0.1")
+        .arg(to)
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS");
+    for k in &moving {
+        migrate.arg(k);
+    }
+    migrate.query::<()>(&mut src).expect("MIGRATE");
+    for shard in map {
+        let mut p = cluster.conn(shard.primary);
+        run(&mut p, &["CLUSTER", "SETSLOT", &slot, "NODE", &dst_id]).expect("SETSLOT NODE");
+    }
+    let e = run(&mut src, &["RL.EXTEND", key, "c", "600000"]).expect_err("moved");
+    assert_eq!(e.code(), Some("MOVED"), "{e}");
+    let moved = [
+        at(&["RL.EXTEND", key, "c", "900000"], t + 4),
+        at(&["RL.RELEASE", key, "c"], t + 5),
+        at(&["RL.ACQUIRE", key, "2", "600000", "ID", "d"], t + 6),
+        at(&["RL.RELEASE", key, "d"], t + 7),
+        at(&["RL.RELEASE", key, "d"], t + 8),
+    ];
+    let want = [[1, 2, 0], [1, 2, 1], [1, 2, 0], [1, 2, 1], [0, 2, 1]];
+    for (words, want) in moved.iter().zip(want) {
+        let v: Value = cmd(words).query(c).expect("through the client");
+        assert_eq!(ints(&v)[..3], want, "{words:?}");
+    }
+    assert_eq!(int(&mut dst, &["EXISTS", key]), 1);
+    assert_eq!(int(&mut src, &["CLUSTER", "COUNTKEYSINSLOT", &slot]), 0);
 }

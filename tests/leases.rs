@@ -848,3 +848,103 @@ fn deleting_or_flushing_a_key_frees_its_waiters_at_once() {
     assert!(took < Duration::from_secs(2), "{took:?}");
     assert_eq!(rl(&mut c, "RL.PEEK flush")[2], 0);
 }
+
+/// The id of the client named `name` (`CLIENT LIST`).
+fn client_id(c: &mut Connection, name: &str) -> String {
+    let list = text(c, &["CLIENT", "LIST"]);
+    list.lines()
+        .find(|l| l.split(' ').any(|f| f == format!("name={name}")))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|f| f.strip_prefix("id="))
+        .unwrap_or_else(|| panic!("no client {name} in {list}"))
+        .to_string()
+}
+
+/// A command in RESP, for a bare socket.
+fn resp(words: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", words.len()).into_bytes();
+    for w in words {
+        out.extend(format!("${}\r\n{w}\r\n", w.len()).into_bytes());
+    }
+    out
+}
+
+#[test]
+fn no_slot_leaks_after_clients_are_killed_mid_lease() {
+    use std::io::Write;
+    const LEASE: u64 = 1500;
+    let server = Server::start(&[]);
+    let mut c = server.conn();
+    let t0 = unix_ms();
+    // Five holders of one unit each, leases ending at t0 + LEASE.
+    let mut holders = Vec::new();
+    for i in 0..5 {
+        let mut h = server.conn();
+        run(&mut h, &["CLIENT", "SETNAME", &format!("holder{i}")]).unwrap();
+        let (d, id) = acquire(&mut h, &format!("pool 5 {LEASE} ID h{i} NOW {t0}"));
+        assert_eq!((d[0], d[2], id), (1, 4 - i as i64, Some(format!("h{i}"))));
+        holders.push(h);
+    }
+    // Holder 0 asks for a second unit and waits: it is killed while blocked. Two more
+    // clients wait and are killed; two wait on bare sockets that close.
+    let mut blocked = Vec::new();
+    let h0 = holders.remove(0);
+    for (name, mut conn) in [
+        ("holder0", h0),
+        ("waiter0", server.conn()),
+        ("waiter1", server.conn()),
+    ] {
+        run(&mut conn, &["CLIENT", "SETNAME", name]).unwrap();
+        blocked.push(std::thread::spawn(move || {
+            run(
+                &mut conn,
+                &["RL.ACQUIRE", "pool", "5", &LEASE.to_string(), "BLOCK", "0"],
+            )
+        }));
+    }
+    let mut sockets = Vec::new();
+    for _ in 0..2 {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        s.write_all(&resp(&["RL.ACQUIRE", "pool", "5", "60000", "BLOCK", "0"]))
+            .unwrap();
+        sockets.push(s);
+    }
+    wait_blocked(&mut c, 5);
+    // Holders 1 and 2 and the three blocked named clients are killed; holders 3 and 4 and
+    // the two sockets just go away.
+    for name in ["holder0", "holder1", "holder2", "waiter0", "waiter1"] {
+        let id = client_id(&mut c, name);
+        assert_eq!(int(&mut c, &["CLIENT", "KILL", "ID", &id]), 1, "{name}");
+    }
+    drop(holders);
+    drop(sockets);
+    for b in blocked {
+        assert!(b.join().unwrap().is_err(), "a killed waiter got an answer");
+    }
+    wait_blocked(&mut c, 0);
+    wait_until("only this client left", 10, || {
+        text(&mut c, &["CLIENT", "LIST"]).lines().count() == 1
+    });
+    // The dead hold their units until their leases end, and not a millisecond longer.
+    assert_eq!(
+        rl(&mut c, &format!("RL.PEEK pool NOW {}", t0 + LEASE - 1))[..3],
+        [1, 5, 0]
+    );
+    assert_eq!(
+        rl(&mut c, &format!("RL.PEEK pool NOW {}", t0 + LEASE))[..3],
+        [1, 5, 5]
+    );
+    // Once the leases have ended on the server's clock, nothing went to a dead waiter: the
+    // key has gone with its last lease, and all five units are free.
+    std::thread::sleep(Duration::from_millis(
+        (t0 + LEASE + 300).saturating_sub(unix_ms()),
+    ));
+    assert_eq!(int(&mut c, &["EXISTS", "pool"]), 0);
+    let info = text(&mut c, &["INFO", "ratelimit"]);
+    assert!(
+        info.contains("ratelimit_acquire:calls=5,allowed=5"),
+        "{info}"
+    );
+    let (d, _) = acquire(&mut c, "pool 5 60000 COST 5");
+    assert_eq!(d[..3], [1, 5, 0]);
+}

@@ -65,17 +65,24 @@ pub fn all(ctx: &Context, args: &[Arg]) -> Result<AllReply, Error> {
         let (at, empty_at) = (outcome.latest, outcome.empty_at);
         let kind = spec.kind();
         let expiry = settle(key, kind.event(), empty_at, clock.lag, outcome.before);
-        propagate(ctx, name, Mode::Decide, kind.command(), |line| {
-            effect(line, spec, at);
-        });
+        match (&spec.params, outcome.id.as_deref()) {
+            // A lease replicates as RL.ACQUIRE's own effect, with the id granted.
+            (SpecParams::Acquire(p), Some(id)) => {
+                crate::lease::propagate_grant(ctx, name, p, spec.cost, id, at);
+            }
+            _ => propagate(ctx, name, Mode::Decide, kind.command(), |line| {
+                effect(line, spec, at);
+            }),
+        }
         replicate_expiry(ctx, name, clock.lag, expiry);
     }
     let mut reply = AllReply {
         decision,
         each: SmallVec::new(),
     };
-    for o in &each {
-        reply.each.push(o.decision);
+    for (o, spec) in each.iter_mut().zip(&specs) {
+        let lease = matches!(spec.params, SpecParams::Acquire(_)).then(|| o.id.take());
+        reply.each.push((o.decision, lease));
     }
     Ok(reply)
 }
@@ -115,6 +122,8 @@ fn effect(line: &mut Compact, spec: &Spec, at: u64) {
                 .number(p.window_ms)
                 .number(p.resolution_ms);
         }
+        // Propagated by crate::lease (a textual effect with the id in hex).
+        SpecParams::Acquire(_) => {}
     }
     if spec.cost != args::COST_DEFAULT {
         line.option("COST", spec.cost);

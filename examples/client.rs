@@ -72,8 +72,14 @@ impl Decision {
 
 impl FromRedisValue for Decision {
     fn from_redis_value(v: &Value) -> RedisResult<Decision> {
+        // RL.ACQUIRE (and its entry in RL.ALL) adds the lease id as a sixth field: read it
+        // with `lease_id`.
+        let five = match v {
+            Value::Array(items) if items.len() == 6 => Value::Array(items[..5].to_vec()),
+            other => other.clone(),
+        };
         let (allowed, limit, remaining, retry_after_ms, reset_after_ms): (i64, u64, u64, i64, u64) =
-            FromRedisValue::from_redis_value(v)?;
+            FromRedisValue::from_redis_value(&five)?;
         Ok(Decision {
             allowed: allowed == 1,
             limit,
@@ -81,6 +87,18 @@ impl FromRedisValue for Decision {
             retry_after_ms,
             reset_after_ms,
         })
+    }
+}
+
+/// The lease id of an RL.ACQUIRE reply, or of an ACQUIRE entry of RL.ALL: `None` when refused
+/// or for the other commands.
+pub fn lease_id(v: &Value) -> Option<Vec<u8>> {
+    match v {
+        Value::Array(items) if items.len() == 6 => match &items[5] {
+            Value::BulkString(id) => Some(id.clone()),
+            _ => None,
+        },
+        _ => None,
     }
 }
 
@@ -581,6 +599,27 @@ mod check {
         );
         let parts: Vec<(u64, u64)> = all.parts.iter().map(|p| (p.limit, p.remaining)).collect();
         assert_eq!(parts, [(2, 1), (10, 7)]);
+        // Rate and concurrency: an ACQUIRE entry carries its lease id.
+        let raw: Value = redis::cmd("RL.ALL")
+            .arg(2)
+            .arg(format!("{tag}:rpm"))
+            .arg(format!("{tag}:jobs"))
+            .arg(&["SLIDE", "2", "60000", "ACQUIRE", "1", "30000"])
+            .query(con)
+            .expect("RL.ALL");
+        let both = AllDecision::from_redis_value(&raw).expect("typed");
+        assert!(both.overall.allowed);
+        let Value::Array(items) = &raw else {
+            panic!("{raw:?}")
+        };
+        let lease = lease_id(&items[6]).expect("a lease id");
+        assert_eq!(lease_id(&items[5]), None);
+        let released: Decision = redis::cmd("RL.RELEASE")
+            .arg(format!("{tag}:jobs"))
+            .arg(lease)
+            .query(con)
+            .expect("RL.RELEASE");
+        assert!(released.allowed);
 
         let missing: Option<Decision> = redis::cmd("RL.PEEK")
             .arg(fresh("rs:none"))

@@ -28,9 +28,10 @@ class Decision {
    * @param {number} retryAfterMs refused: exact wait, or NEVER; allowed: 0, or RL.LEAKY's delay
    * @param {number} resetAfterMs until the limiter is empty again (the key's PTTL)
    * @param {Decision[]} parts RL.ALL: each limiter's own five fields, in key order
+   * @param {string|Buffer|null} leaseId RL.ACQUIRE, or its entry in RL.ALL: the lease (null if refused)
    */
-  constructor(allowed, limit, remaining, retryAfterMs, resetAfterMs, parts = []) {
-    Object.assign(this, { allowed, limit, remaining, retryAfterMs, resetAfterMs, parts });
+  constructor(allowed, limit, remaining, retryAfterMs, resetAfterMs, parts = [], leaseId = null) {
+    Object.assign(this, { allowed, limit, remaining, retryAfterMs, resetAfterMs, parts, leaseId });
     Object.freeze(this);
   }
 
@@ -43,12 +44,20 @@ class Decision {
     const bad = (what) => new TypeError(`not ${what}: ${JSON.stringify(reply)}`);
     if (!Array.isArray(reply) || reply.length < 5) throw bad('a five-field rate limiter reply');
     const head = reply.slice(0, 5);
-    const rest = reply.slice(5);
+    let rest = reply.slice(5);
     if (head.some(Array.isArray)) throw bad('a five-field rate limiter reply');
-    if (rest.some((x) => !Array.isArray(x) || x.length !== 5)) throw bad('an RL.ALL reply');
+    let leaseId = null;
+    if (rest.length === 1 && !Array.isArray(rest[0])) {
+      // RL.ACQUIRE's sixth field: the lease id (nil when refused).
+      leaseId = rest[0];
+      rest = [];
+    }
+    if (rest.some((x) => !Array.isArray(x) || (x.length !== 5 && x.length !== 6))) {
+      throw bad('an RL.ALL reply');
+    }
     const [allowed, limit, remaining, retry, reset] = head.map(Number);
     const parts = rest.map((x) => Decision.fromReply(x));
-    return new Decision(allowed === 1, limit, remaining, retry, reset, parts);
+    return new Decision(allowed === 1, limit, remaining, retry, reset, parts, leaseId);
   }
 
   /** Refused for good: the cost is above the limit, waiting does not help. */

@@ -45,6 +45,7 @@ class Decision:
     retry_after_ms: int  # refused: exact wait, or NEVER; allowed: 0, or RL.LEAKY's delay
     reset_after_ms: int  # until the limiter is empty again (the key's PTTL)
     parts: Tuple["Decision", ...] = ()  # RL.ALL: each limiter's own five fields, in key order
+    lease_id: Optional[bytes] = None  # RL.ACQUIRE, or its entry in RL.ALL: the lease, None if refused
 
     @classmethod
     def from_reply(cls, reply) -> Optional["Decision"]:
@@ -57,11 +58,15 @@ class Decision:
         head, rest = reply[:5], reply[5:]
         if any(isinstance(x, (list, tuple)) for x in head):
             raise ValueError(f"not a five-field rate limiter reply: {reply!r}")
-        if any(not isinstance(x, (list, tuple)) or len(x) != 5 for x in rest):
+        lease_id = None
+        if len(rest) == 1 and not isinstance(rest[0], (list, tuple)):
+            # RL.ACQUIRE's sixth field: the lease id (nil when refused).
+            lease_id, rest = rest[0], ()
+        if any(not isinstance(x, (list, tuple)) or len(x) not in (5, 6) for x in rest):
             raise ValueError(f"not an RL.ALL reply: {reply!r}")
         allowed, limit, remaining, retry, reset = (int(x) for x in head)
         parts = tuple(cls.from_reply(x) for x in rest)
-        return cls(allowed == 1, limit, remaining, retry, reset, parts)
+        return cls(allowed == 1, limit, remaining, retry, reset, parts, lease_id)
 
     @property
     def never(self) -> bool:

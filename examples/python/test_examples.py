@@ -147,6 +147,18 @@ class Reply(unittest.TestCase):
         self.assertEqual([(p.limit, p.remaining) for p in d.parts], [(2, 1), (10, 7)])
         with self.assertRaises(ValueError):
             Decision.from_reply([1, 2, 3])
+        # Rate and concurrency: an ACQUIRE entry carries its lease id.
+        reply = self.r.execute_command(
+            "RL.ALL", 2, f"{tag}:rpm", f"{tag}:jobs", "SLIDE", 2, 60000, "ACQUIRE", 1, 30000
+        )
+        d = Decision.from_reply(reply)
+        self.assertTrue(d.allowed)
+        self.assertIsNone(d.parts[0].lease_id)
+        self.assertTrue(d.parts[1].lease_id)
+        self.assertEqual(
+            Decision.from_reply(self.r.execute_command("RL.RELEASE", f"{tag}:jobs", d.parts[1].lease_id)).allowed,
+            True,
+        )
 
     def test_peek_refund_charge(self):
         lim, key = Limiter(self.r, Limit("RL.TOKEN", 10, 60000)), fresh("py:token")

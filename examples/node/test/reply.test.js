@@ -95,6 +95,14 @@ test('RL.ALL: the first five fields, then each limiter in parts', async () => {
     assert.deepEqual([d.allowed, d.limit, d.remaining], [true, 2, 1]);
     assert.deepEqual(d.parts.map((p) => [p.limit, p.remaining]), [[2, 1], [10, 7]]);
     assert.throws(() => Decision.fromReply([1, 2, 3]), TypeError);
+    // Rate and concurrency: an ACQUIRE entry carries its lease id.
+    const both = Decision.fromReply(
+      await io.call('RL.ALL', 2, `${tag}:rpm`, `${tag}:jobs`, 'SLIDE', 2, 60000, 'ACQUIRE', 1, 30000),
+    );
+    assert.equal(both.allowed, true);
+    assert.equal(both.parts[0].leaseId, null);
+    assert.ok(both.parts[1].leaseId);
+    assert.equal(Decision.fromReply(await io.call('RL.RELEASE', `${tag}:jobs`, both.parts[1].leaseId)).allowed, true);
   } finally {
     io.disconnect();
   }

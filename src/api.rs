@@ -566,16 +566,6 @@ pub fn stop_timer(ctx: &Context, id: TimerId) -> *mut c_void {
     data
 }
 
-/// Calls `callback` on keyspace events of the classes `types` (for every key).
-pub fn subscribe_keyspace(ctx: &Context, types: c_int, callback: raw::RedisModuleNotificationFunc) {
-    // SAFETY: called from OnLoad with the module's context; the callback lives for ever.
-    unsafe {
-        if let Some(f) = raw::RedisModule_SubscribeToKeyspaceEvents {
-            f(ctx.ctx, types, callback);
-        }
-    }
-}
-
 /// Calls `callback` when a database is flushed (FLUSHDB, FLUSHALL).
 pub fn subscribe_flush(ctx: &Context, callback: raw::RedisModuleEventCallback) {
     let event = raw::RedisModuleEvent {

@@ -8,7 +8,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use redis_module::{logging, native_types::RedisType, raw};
 
-use crate::value::{self, Held, Limiter};
+use crate::args::AsBytes;
+use crate::value::{self, Held, Kind, Limiter};
 
 /// The encoding version Redis stores in RDB files next to each value. Version 1 is a single
 /// string holding [`Limiter::encode`]'s bytes.
@@ -34,7 +35,7 @@ pub static LIMITER_TYPE: RedisType = RedisType::new(
         defrag: None,
         mem_usage2: None,
         free_effort2: None,
-        unlink2: None,
+        unlink2: Some(unlink2),
         copy2: None,
         aux_save2: None,
     },
@@ -143,6 +144,29 @@ unsafe extern "C" fn free(value: *mut c_void) {
     if !value.is_null() {
         guard("free", (), || drop(value::from_raw(value)));
     }
+}
+
+/// A key of this type leaves the keyspace (on the main thread, before it is freed): a key of
+/// leases with clients waiting on it has them served at once.
+unsafe extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    guard("unlink", (), || {
+        if !limiter(value).is_some_and(|l| l.kind() == Kind::Lease) {
+            return;
+        }
+        let (Some(name_of), Some(db_of)) = (
+            raw::RedisModule_GetKeyNameFromOptCtx,
+            raw::RedisModule_GetDbIdFromOptCtx,
+        ) else {
+            return;
+        };
+        // SAFETY: `ctx` is the key's option context, valid during this callback.
+        let (name, db) = unsafe { (name_of(ctx), db_of(ctx)) };
+        if name.is_null() {
+            return;
+        }
+        let name = crate::api::Arg::from_raw(name.cast_mut());
+        crate::lease::key_removed(db, name.as_bytes());
+    })
 }
 
 unsafe extern "C" fn copy(

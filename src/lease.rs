@@ -818,36 +818,34 @@ unsafe extern "C" fn on_reply(
 /// Watches for keys with waiters that are deleted, expire, are evicted or renamed, and for
 /// flushed databases: their waiters are served at once (on the next turn of the event loop),
 /// as everything such a key held is free.
+/// A context of the module's own, for scheduling wake timers from the type's unlink callback
+/// (which gets none); detached, so it lives as long as the module.
+static DETACHED: std::sync::atomic::AtomicPtr<raw::RedisModuleCtx> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+
 pub fn init(ctx: &Context) {
-    api::subscribe_keyspace(
-        ctx,
-        raw::REDISMODULE_NOTIFY_GENERIC
-            | raw::REDISMODULE_NOTIFY_EXPIRED
-            | raw::REDISMODULE_NOTIFY_EVICTED,
-        Some(on_keyspace),
-    );
+    // Keys removed with waiters are seen through the type's unlink callback (`key_removed`),
+    // not a keyspace subscription, which would add work to every command that fires an
+    // event (SET ... PX fires `expire`).
+    if let Some(detach) = unsafe { raw::RedisModule_GetDetachedThreadSafeContext } {
+        // SAFETY: called from OnLoad with the module's context.
+        let detached = unsafe { detach(ctx.ctx) };
+        DETACHED.store(detached, std::sync::atomic::Ordering::Relaxed);
+    }
     api::subscribe_flush(ctx, Some(on_flush));
 }
 
-unsafe extern "C" fn on_keyspace(
-    ctx: *mut raw::RedisModuleCtx,
-    _type: c_int,
-    _event: *const std::os::raw::c_char,
-    key: *mut raw::RedisModuleString,
-) -> c_int {
-    guarded(ctx, "a keyspace event", |ctx| {
-        if waiting().queues.is_empty() {
-            return;
-        }
-        let key: QueueKey = (
-            api::selected_db(ctx),
-            api::Arg::from_raw(key).as_bytes().to_vec(),
-        );
-        if waiting().queues.contains_key(&key) {
-            set_wake(ctx, &key, Some(0));
-        }
-    });
-    raw::REDISMODULE_OK as c_int
+/// A lease key left the keyspace (DEL, UNLINK, expiry, eviction, overwrite), on the main
+/// thread: its waiters are served at once, on a fresh key.
+pub fn key_removed(db: i32, name: &[u8]) {
+    let key: QueueKey = (db, name.to_vec());
+    if !waiting().queues.contains_key(&key) {
+        return;
+    }
+    let ctx = DETACHED.load(std::sync::atomic::Ordering::Relaxed);
+    if !ctx.is_null() {
+        set_wake(&Context::new(ctx), &key, Some(0));
+    }
 }
 
 unsafe extern "C" fn on_flush(

@@ -350,85 +350,101 @@ impl Limiter {
         }
     }
 
-    /// Calls `f` with [`Limiter::encode`]'s bytes, built on the stack for the kinds of a fixed
-    /// number of fields (token, leaky, fixed): RDB save, AOF rewrite and digest then allocate
-    /// nothing for them.
+    /// Calls `f` with [`Limiter::encode`]'s bytes, built on the stack when they fit in 64
+    /// bytes (leases aside): RDB save, AOF rewrite and digest then allocate nothing for the
+    /// small states.
     pub fn with_encoding<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
-        match self.fixed_fields() {
-            Some((fields, n)) => {
-                let mut out = SmallOut::new(&[ENCODING_VERSION, self.kind().tag()]);
-                fields.into_iter().take(n).for_each(|v| out.varint(v));
-                f(out.as_bytes())
+        if !matches!(self, Limiter::Lease(_)) {
+            let mut out = SmallOut::new();
+            self.encode_into(&mut out);
+            if !out.overflowed {
+                return f(out.as_bytes());
             }
-            None => f(&self.encode()),
         }
+        f(&self.encode())
     }
 
     /// The canonical encoding of the current version (version 3; leases: version 1).
     pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64);
+        match self {
+            Limiter::Lease(l) => {
+                out.extend_from_slice(&[1, self.kind().tag()]);
+                encode_leases(&mut out, l);
+            }
+            _ => self.encode_into(&mut out),
+        }
+        out
+    }
+
+    /// Writes the version 3 encoding of kinds 1 to 5 into `out`, stopping early once `out`
+    /// is full.
+    fn encode_into(&self, out: &mut impl Sink) {
+        out.put(&[ENCODING_VERSION, self.kind().tag()]);
         let retention = match self {
             Limiter::Slide(log) => log.retention().to_vec(),
             Limiter::Subwin(w) => w.retention(),
             _ => Vec::new(),
         };
-        let version = match self {
-            Limiter::Lease(_) => 1,
-            _ => ENCODING_VERSION,
-        };
-        let mut out = Vec::with_capacity(64);
-        out.extend_from_slice(&[version, self.kind().tag()]);
-        let put_retention = |out: &mut Vec<u8>| {
-            put_varint(out, retention.len() as u64);
+        let put_retention = |out: &mut dyn Sink| {
+            out.varint(retention.len() as u64);
             for &(w, last_used) in &retention {
-                put_varint(out, w);
-                put_varint(out, last_used);
+                out.varint(w);
+                out.varint(last_used);
             }
         };
         match self {
             Limiter::Slide(log) => {
-                put_varint(&mut out, log.latest());
-                put_windows(&mut out, &log.windows());
-                put_retention(&mut out);
-                put_varint(&mut out, log.len() as u64);
+                out.varint(log.latest());
+                let windows = log.windows();
+                out.varint(windows.len() as u64);
+                for w in windows.iter() {
+                    out.varint(w.limit);
+                    out.varint(w.window_ms);
+                }
+                put_retention(out);
+                out.varint(log.len() as u64);
                 // The oldest record back from `latest`, each next one after the one before.
                 let mut prev = None;
                 for (at, units) in log.records() {
-                    match prev {
-                        None => put_varint(&mut out, log.latest() - at),
-                        Some(p) => put_varint(&mut out, at - p),
+                    if out.full() {
+                        return;
                     }
-                    put_varint(&mut out, units);
+                    match prev {
+                        None => out.varint(log.latest() - at),
+                        Some(p) => out.varint(at - p),
+                    }
+                    out.varint(units);
                     prev = Some(at);
                 }
             }
             Limiter::Token(_) | Limiter::Leaky(_) | Limiter::Fixed(_) => {
                 let (fields, n) = self.fixed_fields().unwrap_or_default();
-                fields
-                    .into_iter()
-                    .take(n)
-                    .for_each(|v| put_varint(&mut out, v));
+                fields.into_iter().take(n).for_each(|v| out.varint(v));
             }
-            Limiter::Lease(l) => encode_leases(&mut out, l),
             Limiter::Subwin(w) => {
                 let p = w.params();
                 let fields = [w.latest(), p.limit, p.window_ms, p.resolution_ms];
-                fields.into_iter().for_each(|v| put_varint(&mut out, v));
-                put_retention(&mut out);
+                fields.into_iter().for_each(|v| out.varint(v));
+                put_retention(out);
                 // The non-zero counters, oldest first: how far back the first is, then the
-                // zero counters skipped before each next one.
-                put_varint(&mut out, w.nonzero().count() as u64);
+                // sub-intervals skipped before each next one.
+                out.varint(w.nonzero().count() as u64);
                 let mut prev = None;
                 for (back, c) in w.nonzero() {
-                    match prev {
-                        None => put_varint(&mut out, back),
-                        Some(p) => put_varint(&mut out, p - back - 1),
+                    if out.full() {
+                        return;
                     }
-                    put_varint(&mut out, c);
+                    match prev {
+                        None => out.varint(back),
+                        Some(p) => out.varint(p - back - 1),
+                    }
+                    out.varint(c);
                     prev = Some(back);
                 }
             }
+            Limiter::Lease(_) => {}
         }
-        out
     }
 
     /// Decodes any supported version, checking every invariant of the state it rebuilds.
@@ -559,27 +575,31 @@ impl Limiter {
                 }
                 let retention = get_retention(&mut r)?;
                 let w = if v3 {
-                    // The non-zero counters: at most the ring's (checked by `from_sparse`).
+                    // The non-zero counters, read as the window takes them: at most the
+                    // ring's (`from_sparse` checks each is within it).
                     let n = r.count(2)?;
-                    let mut nonzero = Vec::with_capacity(n);
-                    let mut back = None;
-                    for _ in 0..n {
-                        let step = r.varint()?;
-                        let b = match back {
-                            None => Some(step),
-                            Some(prev) => {
-                                step.checked_add(1).and_then(|s| u64::checked_sub(prev, s))
+                    let mut back: Option<u64> = None;
+                    let mut bad = None;
+                    let nonzero = (0..n).map_while(|_| {
+                        let entry = r.varint().and_then(|step| {
+                            let b = match back {
+                                None => Some(step),
+                                Some(prev) => step.checked_add(1).and_then(|s| prev.checked_sub(s)),
+                            };
+                            let b = b.ok_or(Malformed("counters out of order"))?;
+                            back = Some(b);
+                            match r.varint()? {
+                                0 => Err(Malformed("a zero counter written")),
+                                c => Ok((b, c)),
                             }
-                        };
-                        let b = b.ok_or(Malformed("counters out of order"))?;
-                        let c = r.varint()?;
-                        if c == 0 {
-                            return Err(Malformed("a zero counter written"));
-                        }
-                        nonzero.push((b, c));
-                        back = Some(b);
+                        });
+                        entry.map_err(|e| bad = Some(e)).ok()
+                    });
+                    let w = SubWindow::from_sparse(p, latest, retention.as_deref(), nonzero);
+                    if let Some(e) = bad {
+                        return Err(e);
                     }
-                    SubWindow::from_sparse(p, latest, retention.as_deref(), &nonzero)
+                    w
                 } else {
                     // The front is checked by `from_parts`; unchecked, it still asks for at
                     // most MAX_SUBINTERVALS + 1 counters.
@@ -781,48 +801,92 @@ fn decode_leases(r: &mut Reader) -> Result<Leases, Malformed> {
     Leases::from_parts(limit, latest, last_id, &leases).map_err(|e| Malformed(e.0))
 }
 
-/// A fixed-size encoding buffer: two bytes and six varints of at most ten bytes each.
+/// Where an encoding is written: a `Vec`, or [`SmallOut`] on the stack.
+trait Sink {
+    fn put(&mut self, bytes: &[u8]);
+
+    /// Appends `v` as [`put_varint`] does.
+    fn varint(&mut self, v: u64);
+
+    /// Whether nothing more can be written (the encoding is then dropped).
+    fn full(&self) -> bool;
+}
+
+impl Sink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+
+    fn varint(&mut self, v: u64) {
+        put_varint(self, v);
+    }
+
+    fn full(&self) -> bool {
+        false
+    }
+}
+
+/// A fixed-size encoding buffer on the stack, for the encodings of at most 64 bytes; a longer
+/// one overflows it (and is written to a `Vec` instead).
 struct SmallOut {
-    buf: [u8; 2 + 6 * 10],
+    buf: [u8; 64],
     len: usize,
+    overflowed: bool,
 }
 
 impl SmallOut {
-    fn new(head: &[u8; 2]) -> SmallOut {
-        let mut out = SmallOut {
-            buf: [0; 62],
-            len: 2,
-        };
-        out.buf[..2].copy_from_slice(head);
-        out
-    }
-
-    /// Appends `v` as [`put_varint`] does; bytes beyond the buffer (more than six varints)
-    /// are dropped, which the callers never reach.
-    fn varint(&mut self, mut v: u64) {
-        loop {
-            let byte = if v >= 0x80 { (v as u8) | 0x80 } else { v as u8 };
-            if let Some(slot) = self.buf.get_mut(self.len) {
-                *slot = byte;
-                self.len += 1;
-            }
-            v >>= 7;
-            if v == 0 {
-                break;
-            }
+    fn new() -> SmallOut {
+        SmallOut {
+            buf: [0; 64],
+            len: 0,
+            overflowed: false,
         }
     }
 
     fn as_bytes(&self) -> &[u8] {
-        &self.buf[..self.len.min(self.buf.len())]
+        self.buf.get(..self.len).unwrap_or_default()
     }
 }
 
-fn put_windows(out: &mut Vec<u8>, windows: &[Window]) {
-    put_varint(out, windows.len() as u64);
-    for w in windows {
-        put_varint(out, w.limit);
-        put_varint(out, w.window_ms);
+impl Sink for SmallOut {
+    fn put(&mut self, bytes: &[u8]) {
+        match self.buf.get_mut(self.len..self.len + bytes.len()) {
+            Some(slot) if !self.overflowed => {
+                slot.copy_from_slice(bytes);
+                self.len += bytes.len();
+            }
+            _ => self.overflowed = true,
+        }
+    }
+
+    fn varint(&mut self, mut v: u64) {
+        if !self.overflowed && self.len + 10 <= self.buf.len() {
+            // Room for the longest varint: written in place.
+            loop {
+                let byte = if v >= 0x80 { (v as u8) | 0x80 } else { v as u8 };
+                if let Some(slot) = self.buf.get_mut(self.len) {
+                    *slot = byte;
+                }
+                self.len += 1;
+                v >>= 7;
+                if v == 0 {
+                    return;
+                }
+            }
+        }
+        let mut bytes = [0u8; 10];
+        let mut n = 0;
+        while v >= 0x80 && n < 9 {
+            bytes[n] = (v as u8) | 0x80;
+            v >>= 7;
+            n += 1;
+        }
+        bytes[n] = v as u8;
+        self.put(&bytes[..=n]);
+    }
+
+    fn full(&self) -> bool {
+        self.overflowed
     }
 }
 
@@ -1160,6 +1224,26 @@ mod tests {
             fields.iter().for_each(|&v| put_varint(&mut wide, v));
             assert!(Limiter::decode(&wide).is_ok(), "{wide:?}");
             all.push(wide);
+        }
+        // Longer than the stack buffer: 40 records, 30 non-zero counters.
+        let ws = [Window {
+            limit: 100,
+            window_ms: 60_000,
+        }];
+        let mut log = SlidingLog::new(&ws);
+        let q = subwin::Params {
+            limit: 100,
+            window_ms: 60_000,
+            resolution_ms: 1000,
+        };
+        let mut ring = SubWindow::new(&q);
+        for t in 0..40 {
+            log.acquire(T0 + 7 * t, &ws, 1);
+            ring.acquire(T0 + 1000 * (t % 30), &q, 1);
+        }
+        for big in [Limiter::Slide(Box::new(log)), Limiter::Subwin(ring)] {
+            assert!(big.encode().len() > 64);
+            all.push(big.encode());
         }
         for bytes in all {
             let Ok(limiter) = Limiter::decode(&bytes) else {

@@ -200,19 +200,16 @@ impl SubWindow {
 
     /// Rebuilds a state as [`SubWindow::from_parts`] does, from its non-zero counters
     /// alone, as `(back, count)`: the counter of sub-interval `L - back` (see
-    /// [`SubWindow::nonzero`]), `back` at most the ring's length, in any order (the caller
-    /// checks the order its encoding wants). Costs the counters given, not the ring.
+    /// [`SubWindow::nonzero`]), `back` at most the ring's length, each given once, in any
+    /// order (the caller checks the order its encoding wants). Costs the counters given,
+    /// not the ring.
     pub fn from_sparse(
         p: Params,
         latest: Millis,
         retention: Option<&[(u64, Millis)]>,
-        nonzero: &[(u64, u64)],
+        nonzero: impl Iterator<Item = (u64, u64)>,
     ) -> Result<Self, Corrupt> {
-        let w = SubWindow::empty_for(p, latest, retention)?;
-        if nonzero.iter().any(|&(back, _)| back > w.ring_n()) {
-            return Err(Corrupt("counter outside the ring"));
-        }
-        w.fill(latest, nonzero.iter().copied())
+        SubWindow::empty_for(p, latest, retention)?.fill(latest, nonzero)
     }
 
     /// The empty state [`SubWindow::from_parts`] fills: its parameters and retention checked.
@@ -245,8 +242,8 @@ impl SubWindow {
         }
     }
 
-    /// Sets `latest` and the counters `(back, count)` (sub-interval `L - back`, each within
-    /// the ring and given once) of an empty state, and the total.
+    /// Sets `latest` and the counters `(back, count)` (sub-interval `L - back`, each given
+    /// once; refused outside the ring) of an empty state, and the total.
     fn fill(
         mut self,
         latest: Millis,
@@ -256,6 +253,9 @@ impl SubWindow {
         let newest = self.index(latest);
         let mut total: u32 = 0;
         for (back, c) in counters {
+            if back > self.ring_n() {
+                return Err(Corrupt("counter outside the ring"));
+            }
             let c = u32::try_from(c).map_err(|_| Corrupt("counter out of range"))?;
             total = total
                 .checked_add(c)
@@ -628,16 +628,23 @@ impl SubWindow {
     }
 
     /// The non-zero counters, oldest first, as `(back, count)`: the counter of sub-interval
-    /// `L - back`, `L` being that of `latest` (what [`SubWindow::from_sparse`] takes).
+    /// `L - back`, `L` being that of `latest` (what [`SubWindow::from_sparse`] takes). Skips
+    /// runs of zero counters a block at a time.
     pub fn nonzero(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         let (first, newest) = self.span();
         let (from, before) = self.ring_runs(first, newest);
         let oldest_back = newest - first;
-        from.iter()
-            .chain(before)
-            .enumerate()
-            .filter(|&(_, &c)| c != 0)
-            .map(move |(j, &c)| (oldest_back - j as u64, u64::from(c)))
+        [(from, 0), (before, from.len())]
+            .into_iter()
+            .flat_map(move |(run, offset)| {
+                let mut at = 0;
+                std::iter::from_fn(move || {
+                    let i = at + first_nonzero(run.get(at..)?)?;
+                    at = i + 1;
+                    let c = run.get(i).copied()?;
+                    Some((oldest_back - (offset + i) as u64, u64::from(c)))
+                })
+            })
     }
 
     /// Bytes of the block.
@@ -1171,6 +1178,24 @@ mod tests {
         }
     }
 
+    /// [`SubWindow::nonzero`] is [`SubWindow::counts`] without its zeros, and
+    /// [`SubWindow::from_sparse`] rebuilds the state from it.
+    fn sparse_round_trip(w: &SubWindow) -> Result<(), TestCaseError> {
+        let r = w.counts().count() as u64 - 1;
+        let sparse: Vec<(u64, u64)> = w
+            .counts()
+            .enumerate()
+            .filter(|&(_, c)| c != 0)
+            .map(|(k, c)| (r - k as u64, c))
+            .collect();
+        prop_assert_eq!(w.nonzero().collect::<Vec<_>>(), sparse.clone());
+        let kept = w.retention();
+        let kept = (!kept.is_empty()).then_some(&kept[..]);
+        let back = SubWindow::from_sparse(w.params(), w.latest(), kept, sparse.into_iter());
+        prop_assert_eq!(back.as_ref(), Ok(w));
+        Ok(())
+    }
+
     proptest! {
         /// The block scans find what a counter-by-counter search finds.
         #[test]
@@ -1222,6 +1247,7 @@ mod tests {
                         _ => Some((i, t)),
                     };
                     prop_assert_eq!(w.total(), w.counts().sum::<u64>());
+                    sparse_round_trip(&w)?;
                     if let Some((_, since)) = run.filter(|&(_, since)| t / res > since / res + widest) {
                         prop_assert!(w.retention().is_empty(), "used alone since {}", since);
                         prop_assert_eq!(w.heap_size(), 4 * (5 + q.subintervals() as usize + 1));
@@ -1249,6 +1275,7 @@ mod tests {
                 let want = naive.acquire(at, &params, cost);
                 prop_assert_eq!((d.allowed, d.remaining, d.retry_after, d.reset_after_ms), want);
                 prop_assert_eq!(w.total(), w.counts().sum::<u64>());
+                sparse_round_trip(&w)?;
             }
         }
 

@@ -354,6 +354,13 @@ impl Limiter {
     /// bytes (leases aside): RDB save, AOF rewrite and digest then allocate nothing for the
     /// small states.
     pub fn with_encoding<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        if let Some((fields, n)) = self.fixed_fields() {
+            // The buckets and fixed windows: a few varints, always within the buffer.
+            let mut out = SmallOut::new();
+            out.put(&[ENCODING_VERSION, self.kind().tag()]);
+            fields.into_iter().take(n).for_each(|v| out.varint(v));
+            return f(out.as_bytes());
+        }
         if !matches!(self, Limiter::Lease(_)) {
             let mut out = SmallOut::new();
             self.encode_into(&mut out);

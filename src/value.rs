@@ -25,16 +25,40 @@
 //!   the ring spans the longest kept window in sub-intervals (rounded up, at most 4096),
 //!   so that many counters plus one follow.
 //!
-//! A state without a retention is always written as version 1, byte for byte as before
-//! version 2 existed; the other kinds have no version 2.
+//! Until version 3, a state without a retention was written as version 1 and one with a
+//! retention as version 2; the other kinds have no version 2.
+//!
+//! Encoding version 3 is what this build writes for kinds 1 to 5 (leases stay version 1). It
+//! keeps the small states of each kind within 20 bytes, under the size from which Redis
+//! tries to LZF-compress every string it saves in an RDB (about 750 instructions a key
+//! wasted on a payload that does not compress): version 2's layout (version 1's for
+//! buckets), with these changes:
+//! - sliding log (kind 1): `latest nwindows (limit window_ms)* nkept (window_ms last_used)*
+//!   nrecords (delta_ms units)*`, `nkept` always present (0 without a retention), the first
+//!   delta how long before `latest` the oldest record was (each next one after the one
+//!   before, as in version 1);
+//! - token bucket (kind 2): `latest debt limit window_ms burst` (its delay is always 0);
+//! - leaky bucket (kind 3): `latest debt limit window_ms burst delay`, `delay` 0 for a
+//!   MAXDELAY equal to the window (the default), `max_delay_ms + 1` otherwise;
+//! - fixed window (kind 4): `latest ahead count limit window_ms align`, `ahead` the end
+//!   relative to `latest`: `2·(end - latest)` when the window ends at `latest` or later,
+//!   `2·(latest - end) - 1` when it ended before;
+//! - sub-interval window (kind 5): `latest limit window_ms resolution_ms nkept (window_ms
+//!   last_used)* nset (back count)*`: only the non-zero counters, oldest first, the first
+//!   `back` how many sub-intervals before `L` it is (at most the ring's length, and not
+//!   before sub-interval 0), each next one the number of sub-intervals skipped since the one
+//!   before (so strictly newer), every `count` at least 1.
+//!
+//! The encoding is also the digest (`DEBUG DIGEST-VALUE`), so a key's digest changed with
+//! version 3: primaries and replicas compare digests only when they run the same build.
 //!
 //! In memory, a key's module value is a thin pointer: a `Box<Limiter>` for kinds 2 to 4; for
 //! kind 5 the sub-interval window's own block of words, tagged with the pointer's low bit, so
 //! that such a key costs its block and nothing more; for kind 1 the sliding log's own box,
 //! tagged with the next bit (see [`into_raw`]).
 //!
-//! The encoding is canonical (the same logical state always gives the same bytes), so it
-//! also serves as the digest.
+//! The encoding is canonical (the same logical state always gives the same bytes, one
+//! version per build), so it also serves as the digest.
 
 use std::ffi::c_void;
 use std::marker::PhantomData;
@@ -51,9 +75,9 @@ use crate::algo::subwin::{self, SubWindow};
 use crate::algo::{Decision, Limit, Millis, Window};
 use crate::codec::{put_varint, Malformed, Reader};
 
-/// The newest encoding version this build writes (only for states that need it, see the
+/// The encoding version this build writes (for kinds 1 to 5; leases: version 1, see the
 /// module docs). Older versions stay readable.
-pub const ENCODING_VERSION: u8 = 2;
+pub const ENCODING_VERSION: u8 = 3;
 
 /// Which algorithm a key holds; the command that creates it names it in errors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -290,119 +314,171 @@ impl Limiter {
         }
     }
 
-    /// The six fields of a token, leaky or fixed state's encoding (version 1, see the module
-    /// docs), `None` for the other kinds.
-    fn fixed_fields(&self) -> Option<[u64; 6]> {
+    /// The fields of a token, leaky or fixed state's encoding (version 3, see the module
+    /// docs) and how many of the six are used, `None` for the other kinds.
+    fn fixed_fields(&self) -> Option<([u64; 6], usize)> {
         match self {
-            Limiter::Token(g) | Limiter::Leaky(g) => {
+            Limiter::Token(g) => {
                 let p = g.params();
-                Some([
-                    g.latest(),
-                    g.debt(),
-                    p.limit,
-                    p.window_ms,
-                    p.burst,
-                    p.max_delay_ms,
-                ])
+                Some(([g.latest(), g.debt(), p.limit, p.window_ms, p.burst, 0], 5))
+            }
+            Limiter::Leaky(g) => {
+                let p = g.params();
+                let delay = if p.max_delay_ms == p.window_ms {
+                    0
+                } else {
+                    p.max_delay_ms + 1
+                };
+                let fields = [g.latest(), g.debt(), p.limit, p.window_ms, p.burst, delay];
+                Some((fields, 6))
             }
             Limiter::Fixed(w) => {
                 let p = w.params();
-                Some([
-                    w.latest(),
-                    w.end(),
-                    w.count_at(w.latest()),
-                    p.limit,
-                    p.window_ms,
-                    u64::from(p.align),
-                ])
+                Some((
+                    [
+                        w.latest(),
+                        zigzag(w.end(), w.latest()),
+                        w.count_at(w.latest()),
+                        p.limit,
+                        p.window_ms,
+                        u64::from(p.align),
+                    ],
+                    6,
+                ))
             }
             _ => None,
         }
     }
 
-    /// Calls `f` with [`Limiter::encode`]'s bytes, built on the stack for the kinds of a fixed
-    /// number of fields (token, leaky, fixed): RDB save, AOF rewrite and digest then allocate
-    /// nothing for them.
+    /// Calls `f` with [`Limiter::encode`]'s bytes, built on the stack when they fit in 64
+    /// bytes (leases aside): RDB save, AOF rewrite and digest then allocate nothing for the
+    /// small states.
     pub fn with_encoding<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
-        match self.fixed_fields() {
-            Some(fields) => {
-                let mut out = SmallOut::new(&[1, self.kind().tag()]);
-                fields.into_iter().for_each(|v| out.varint(v));
-                f(out.as_bytes())
-            }
-            None => f(&self.encode()),
+        if let Some((fields, n)) = self.fixed_fields() {
+            // The buckets and fixed windows: a few varints, always within the buffer.
+            let mut out = SmallOut::new();
+            out.put(&[ENCODING_VERSION, self.kind().tag()]);
+            fields.into_iter().take(n).for_each(|v| out.varint(v));
+            return f(out.as_bytes());
         }
+        if !matches!(self, Limiter::Lease(_)) {
+            let mut out = SmallOut::new();
+            self.encode_into(&mut out);
+            if !out.overflowed {
+                return f(out.as_bytes());
+            }
+        }
+        f(&self.encode())
     }
 
-    /// The canonical encoding of the current version.
+    /// The canonical encoding of the current version (version 3; leases: version 1).
     pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64);
+        match self {
+            Limiter::Lease(l) => {
+                out.extend_from_slice(&[1, self.kind().tag()]);
+                encode_leases(&mut out, l);
+            }
+            _ => self.encode_into(&mut out),
+        }
+        out
+    }
+
+    /// Writes the version 3 encoding of kinds 1 to 5 into `out`, stopping early once `out`
+    /// is full.
+    fn encode_into(&self, out: &mut impl Sink) {
+        out.put(&[ENCODING_VERSION, self.kind().tag()]);
         let retention = match self {
             Limiter::Slide(log) => log.retention().to_vec(),
             Limiter::Subwin(w) => w.retention(),
             _ => Vec::new(),
         };
-        let version = if retention.is_empty() { 1 } else { 2 };
-        let mut out = Vec::with_capacity(64);
-        out.extend_from_slice(&[version, self.kind().tag()]);
-        let put_retention = |out: &mut Vec<u8>| {
-            if !retention.is_empty() {
-                put_varint(out, retention.len() as u64);
-                for &(w, last_used) in &retention {
-                    put_varint(out, w);
-                    put_varint(out, last_used);
-                }
+        let put_retention = |out: &mut dyn Sink| {
+            out.varint(retention.len() as u64);
+            for &(w, last_used) in &retention {
+                out.varint(w);
+                out.varint(last_used);
             }
         };
         match self {
             Limiter::Slide(log) => {
-                put_varint(&mut out, log.latest());
-                put_windows(&mut out, &log.windows());
-                put_retention(&mut out);
-                put_varint(&mut out, log.len() as u64);
-                let mut prev = 0;
+                out.varint(log.latest());
+                let windows = log.windows();
+                out.varint(windows.len() as u64);
+                for w in windows.iter() {
+                    out.varint(w.limit);
+                    out.varint(w.window_ms);
+                }
+                put_retention(out);
+                out.varint(log.len() as u64);
+                // The oldest record back from `latest`, each next one after the one before.
+                let mut prev = None;
                 for (at, units) in log.records() {
-                    put_varint(&mut out, at - prev);
-                    put_varint(&mut out, units);
-                    prev = at;
+                    if out.full() {
+                        return;
+                    }
+                    match prev {
+                        None => out.varint(log.latest() - at),
+                        Some(p) => out.varint(at - p),
+                    }
+                    out.varint(units);
+                    prev = Some(at);
                 }
             }
             Limiter::Token(_) | Limiter::Leaky(_) | Limiter::Fixed(_) => {
-                let fields = self.fixed_fields().unwrap_or_default();
-                fields.into_iter().for_each(|v| put_varint(&mut out, v));
+                let (fields, n) = self.fixed_fields().unwrap_or_default();
+                fields.into_iter().take(n).for_each(|v| out.varint(v));
             }
-            Limiter::Lease(l) => encode_leases(&mut out, l),
             Limiter::Subwin(w) => {
                 let p = w.params();
                 let fields = [w.latest(), p.limit, p.window_ms, p.resolution_ms];
-                fields.into_iter().for_each(|v| put_varint(&mut out, v));
-                put_retention(&mut out);
-                // One byte or more per counter.
-                out.reserve(w.counts().size_hint().0);
-                w.counts().for_each(|c| put_varint(&mut out, c));
+                fields.into_iter().for_each(|v| out.varint(v));
+                put_retention(out);
+                // The non-zero counters, oldest first: how far back the first is, then the
+                // sub-intervals skipped before each next one.
+                out.varint(w.nonzero().count() as u64);
+                let mut prev = None;
+                for (back, c) in w.nonzero() {
+                    if out.full() {
+                        return;
+                    }
+                    match prev {
+                        None => out.varint(back),
+                        Some(p) => out.varint(p - back - 1),
+                    }
+                    out.varint(c);
+                    prev = Some(back);
+                }
             }
+            Limiter::Lease(_) => {}
         }
-        out
     }
 
     /// Decodes any supported version, checking every invariant of the state it rebuilds.
     pub fn decode(bytes: &[u8]) -> Result<Limiter, Malformed> {
         let mut r = Reader::new(bytes);
         let version = r.byte()?;
-        if version != 1 && version != 2 {
+        if !(1..=ENCODING_VERSION).contains(&version) {
             return Err(Malformed("unknown encoding version"));
         }
         let kind = r.byte()?;
-        if version == 2 && kind != 1 && kind != 5 {
-            return Err(Malformed("no version 2 for this kind"));
+        match (version, kind) {
+            (2, 1 | 5) | (1, _) | (3, 1..=5) => {}
+            _ => return Err(Malformed("no such version for this kind")),
         }
-        // Version 2 is written only for a retention: at least one entry, at most a front's.
+        let v3 = version == 3;
+        // Version 2 is written only for a retention: at least one entry, at most a front's;
+        // version 3 always has the count, 0 for none.
         let get_retention = |r: &mut Reader| -> Result<Option<Vec<(u64, Millis)>>, Malformed> {
-            if version != 2 {
+            if version == 1 {
                 return Ok(None);
             }
             let n = r.varint()?;
-            if n == 0 || n > MAX_KEPT as u64 {
+            if n > MAX_KEPT as u64 || (n == 0 && version == 2) {
                 return Err(Malformed("bad retention length"));
+            }
+            if n == 0 {
+                return Ok(None);
             }
             let entries = (0..n)
                 .map(|_| Ok((r.varint()?, r.varint()?)))
@@ -416,12 +492,20 @@ impl Limiter {
                 let retention = get_retention(&mut r)?;
                 let n = r.count(2)?;
                 // Records are read as the log takes them, so that a big one is not held twice.
-                let mut at: u64 = 0;
+                // Versions 1 and 2: the first delta is the absolute time of the oldest record;
+                // version 3: how long before `latest` it was.
+                let mut at: Option<u64> = None;
                 let mut bad = None;
                 let records = (0..n).map_while(|_| {
                     let record = r.varint().and_then(|delta| {
-                        at = at.checked_add(delta).ok_or(Malformed("time overflows"))?;
-                        Ok((at, r.varint()?))
+                        let next = match at {
+                            None if v3 => latest.checked_sub(delta),
+                            None => Some(delta),
+                            Some(prev) => prev.checked_add(delta),
+                        };
+                        let next = next.ok_or(Malformed("time out of range"))?;
+                        at = Some(next);
+                        Ok((next, r.varint()?))
                     });
                     record.map_err(|e| bad = Some(e)).ok()
                 });
@@ -437,11 +521,25 @@ impl Limiter {
             }
             tag @ (2 | 3) => {
                 let (latest, debt) = (r.varint()?, r.varint()?);
+                let (limit, window_ms, burst) = (r.varint()?, r.varint()?, r.varint()?);
+                let max_delay_ms = match (tag, v3) {
+                    // Version 3: no delay for a token bucket; 0 for a leaky bucket's default
+                    // (its window), the delay plus one otherwise.
+                    (2, true) => 0,
+                    (_, true) => match r.varint()? {
+                        0 => window_ms,
+                        d if d - 1 == window_ms => {
+                            return Err(Malformed("the default delay is written 0"))
+                        }
+                        d => d - 1,
+                    },
+                    (_, false) => r.varint()?,
+                };
                 let p = Params {
-                    limit: r.varint()?,
-                    window_ms: r.varint()?,
-                    burst: r.varint()?,
-                    max_delay_ms: r.varint()?,
+                    limit,
+                    window_ms,
+                    burst,
+                    max_delay_ms,
                 };
                 if tag == 2 && p.max_delay_ms != 0 {
                     return Err(Malformed("a token bucket has no delay"));
@@ -455,6 +553,8 @@ impl Limiter {
             }
             4 => {
                 let (latest, end, count) = (r.varint()?, r.varint()?, r.varint()?);
+                // Version 3: the end relative to `latest` (see `zigzag`).
+                let end = if v3 { unzigzag(end, latest)? } else { end };
                 let (limit, window_ms) = (r.varint()?, r.varint()?);
                 let align = match r.varint()? {
                     0 => false,
@@ -481,24 +581,51 @@ impl Limiter {
                     return Err(Malformed("parameters out of range"));
                 }
                 let retention = get_retention(&mut r)?;
-                // The front is checked by `from_parts`; unchecked, it still asks for at
-                // most MAX_SUBINTERVALS + 1 counters.
-                let front = match &retention {
-                    Some(entries) => Some(
-                        Front::from_entries(entries, 0, true, subwin::MAX_WINDOW_MS, u64::MAX)
-                            .map_err(|e| Malformed(e.0))?,
-                    ),
-                    None => None,
+                let w = if v3 {
+                    // The non-zero counters, read as the window takes them: at most the
+                    // ring's (`from_sparse` checks each is within it).
+                    let n = r.count(2)?;
+                    let mut back: Option<u64> = None;
+                    let mut bad = None;
+                    let nonzero = (0..n).map_while(|_| {
+                        let entry = r.varint().and_then(|step| {
+                            let b = match back {
+                                None => Some(step),
+                                Some(prev) => step.checked_add(1).and_then(|s| prev.checked_sub(s)),
+                            };
+                            let b = b.ok_or(Malformed("counters out of order"))?;
+                            back = Some(b);
+                            match r.varint()? {
+                                0 => Err(Malformed("a zero counter written")),
+                                c => Ok((b, c)),
+                            }
+                        });
+                        entry.map_err(|e| bad = Some(e)).ok()
+                    });
+                    let w = SubWindow::from_sparse(p, latest, retention.as_deref(), nonzero);
+                    if let Some(e) = bad {
+                        return Err(e);
+                    }
+                    w
+                } else {
+                    // The front is checked by `from_parts`; unchecked, it still asks for at
+                    // most MAX_SUBINTERVALS + 1 counters.
+                    let front = match &retention {
+                        Some(entries) => Some(
+                            Front::from_entries(entries, 0, true, subwin::MAX_WINDOW_MS, u64::MAX)
+                                .map_err(|e| Malformed(e.0))?,
+                        ),
+                        None => None,
+                    };
+                    let n = SubWindow::counters_for(&p, front.as_ref());
+                    // At most MAX_SUBINTERVALS + 1 counters (see above): allocated once.
+                    let mut counts = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
+                    for _ in 0..n {
+                        counts.push(r.varint()?);
+                    }
+                    SubWindow::from_parts(p, latest, retention.as_deref(), &counts)
                 };
-                let n = SubWindow::counters_for(&p, front.as_ref());
-                // At most MAX_SUBINTERVALS + 1 counters (see above): allocated once.
-                let mut counts = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
-                for _ in 0..n {
-                    counts.push(r.varint()?);
-                }
-                let w = SubWindow::from_parts(p, latest, retention.as_deref(), &counts)
-                    .map_err(|e| Malformed(e.0))?;
-                Limiter::Subwin(w)
+                Limiter::Subwin(w.map_err(|e| Malformed(e.0))?)
             }
             6 => Limiter::Lease(Box::new(decode_leases(&mut r)?)),
             _ => return Err(Malformed("unknown limiter kind")),
@@ -506,6 +633,26 @@ impl Limiter {
         r.finish()?;
         Ok(limiter)
     }
+}
+
+/// A time `end` relative to `latest`, as one varint: `2·(end - latest)` when `end` is not
+/// before `latest`, `2·(latest - end) - 1` when it is (both below 2^63).
+fn zigzag(end: Millis, latest: Millis) -> u64 {
+    if end >= latest {
+        (end - latest) << 1
+    } else {
+        ((latest - end) << 1) - 1
+    }
+}
+
+/// The time [`zigzag`] made of `z` and `latest`.
+fn unzigzag(z: u64, latest: Millis) -> Result<Millis, Malformed> {
+    let end = if z & 1 == 0 {
+        latest.checked_add(z >> 1)
+    } else {
+        latest.checked_sub((z >> 1) + 1)
+    };
+    end.ok_or(Malformed("time out of range"))
 }
 
 /// What Redis allocates around every module value: its object (16 bytes) and the module
@@ -661,48 +808,92 @@ fn decode_leases(r: &mut Reader) -> Result<Leases, Malformed> {
     Leases::from_parts(limit, latest, last_id, &leases).map_err(|e| Malformed(e.0))
 }
 
-/// A fixed-size encoding buffer: two bytes and six varints of at most ten bytes each.
+/// Where an encoding is written: a `Vec`, or [`SmallOut`] on the stack.
+trait Sink {
+    fn put(&mut self, bytes: &[u8]);
+
+    /// Appends `v` as [`put_varint`] does.
+    fn varint(&mut self, v: u64);
+
+    /// Whether nothing more can be written (the encoding is then dropped).
+    fn full(&self) -> bool;
+}
+
+impl Sink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+
+    fn varint(&mut self, v: u64) {
+        put_varint(self, v);
+    }
+
+    fn full(&self) -> bool {
+        false
+    }
+}
+
+/// A fixed-size encoding buffer on the stack, for the encodings of at most 64 bytes; a longer
+/// one overflows it (and is written to a `Vec` instead).
 struct SmallOut {
-    buf: [u8; 2 + 6 * 10],
+    buf: [u8; 64],
     len: usize,
+    overflowed: bool,
 }
 
 impl SmallOut {
-    fn new(head: &[u8; 2]) -> SmallOut {
-        let mut out = SmallOut {
-            buf: [0; 62],
-            len: 2,
-        };
-        out.buf[..2].copy_from_slice(head);
-        out
-    }
-
-    /// Appends `v` as [`put_varint`] does; bytes beyond the buffer (more than six varints)
-    /// are dropped, which the callers never reach.
-    fn varint(&mut self, mut v: u64) {
-        loop {
-            let byte = if v >= 0x80 { (v as u8) | 0x80 } else { v as u8 };
-            if let Some(slot) = self.buf.get_mut(self.len) {
-                *slot = byte;
-                self.len += 1;
-            }
-            v >>= 7;
-            if v == 0 {
-                break;
-            }
+    fn new() -> SmallOut {
+        SmallOut {
+            buf: [0; 64],
+            len: 0,
+            overflowed: false,
         }
     }
 
     fn as_bytes(&self) -> &[u8] {
-        &self.buf[..self.len.min(self.buf.len())]
+        self.buf.get(..self.len).unwrap_or_default()
     }
 }
 
-fn put_windows(out: &mut Vec<u8>, windows: &[Window]) {
-    put_varint(out, windows.len() as u64);
-    for w in windows {
-        put_varint(out, w.limit);
-        put_varint(out, w.window_ms);
+impl Sink for SmallOut {
+    fn put(&mut self, bytes: &[u8]) {
+        match self.buf.get_mut(self.len..self.len + bytes.len()) {
+            Some(slot) if !self.overflowed => {
+                slot.copy_from_slice(bytes);
+                self.len += bytes.len();
+            }
+            _ => self.overflowed = true,
+        }
+    }
+
+    fn varint(&mut self, mut v: u64) {
+        if !self.overflowed && self.len + 10 <= self.buf.len() {
+            // Room for the longest varint: written in place.
+            loop {
+                let byte = if v >= 0x80 { (v as u8) | 0x80 } else { v as u8 };
+                if let Some(slot) = self.buf.get_mut(self.len) {
+                    *slot = byte;
+                }
+                self.len += 1;
+                v >>= 7;
+                if v == 0 {
+                    return;
+                }
+            }
+        }
+        let mut bytes = [0u8; 10];
+        let mut n = 0;
+        while v >= 0x80 && n < 9 {
+            bytes[n] = (v as u8) | 0x80;
+            v >>= 7;
+            n += 1;
+        }
+        bytes[n] = v as u8;
+        self.put(&bytes[..=n]);
+    }
+
+    fn full(&self) -> bool {
+        self.overflowed
     }
 }
 
@@ -759,8 +950,8 @@ mod tests {
             log.records().collect::<Vec<_>>(),
             vec![(T0, 2), (T0 + 7, 1), (T0 + 300, 1), (T0 + 301, 1)]
         );
-        assert_eq!(limiter.encode(), SLIDE_V1);
-        assert_eq!(sample().encode(), SLIDE_V1);
+        assert_eq!(limiter.encode(), SLIDE_V3);
+        assert_eq!(sample().encode(), SLIDE_V3);
     }
 
     /// Version 1 buckets, committed: latest 1000, a debt of 4500 ticks.
@@ -780,10 +971,10 @@ mod tests {
             max_delay_ms: 0,
         };
         assert_eq!((g.params(), g.latest(), g.debt()), (p, 1000, 4500));
-        assert_eq!(token.encode(), TOKEN_V1);
+        assert_eq!(token.encode(), TOKEN_V3);
         let leaky = Limiter::decode(LEAKY_V1).unwrap();
         assert_eq!(leaky.kind(), Kind::Leaky);
-        assert_eq!(leaky.encode(), LEAKY_V1);
+        assert_eq!(leaky.encode(), LEAKY_V3);
         // A token bucket never carries a delay.
         let mut bad = TOKEN_V1.to_vec();
         *bad.last_mut().unwrap() = 1;
@@ -802,7 +993,7 @@ mod tests {
         assert_eq!((w.end(), w.count_at(1000)), (61_000, 3));
         assert!(w.params().align);
         assert_eq!(fixed.peek(1000).as_reply(), [1, 10, 7, 0, 60_000]);
-        assert_eq!(fixed.encode(), FIXED_V1);
+        assert_eq!(fixed.encode(), FIXED_V3);
         let mut bad = FIXED_V1.to_vec();
         *bad.last_mut().unwrap() = 2;
         assert!(Limiter::decode(&bad).is_err());
@@ -823,8 +1014,8 @@ mod tests {
         w.acquire(300, &p, 2);
         w.acquire(1000, &p, 3);
         let limiter = Limiter::decode(SUBWIN_V1).unwrap();
-        assert_eq!(limiter.encode(), SUBWIN_V1);
-        assert_eq!(Limiter::Subwin(w).encode(), SUBWIN_V1);
+        assert_eq!(limiter.encode(), SUBWIN_V3);
+        assert_eq!(Limiter::Subwin(w).encode(), SUBWIN_V3);
         assert_eq!(limiter.peek(1000).as_reply(), [1, 10, 5, 0, 1249]);
         // One counter too few, one too many, a shape that does not divide.
         for bad in [&SUBWIN_V1[..13], &[SUBWIN_V1, &[0]].concat()[..]] {
@@ -860,7 +1051,7 @@ mod tests {
         assert_eq!(log.retention(), [(10_000, T + 200)]);
         assert_eq!(log.records().count(), 4);
         assert_eq!(slide.empty_at(), Some(T + 10_200));
-        assert_eq!(slide.encode(), SLIDE_V2);
+        assert_eq!(slide.encode(), SLIDE_V3_RETAINED);
         let long = [Window {
             limit: 3,
             window_ms: 10_000,
@@ -876,7 +1067,7 @@ mod tests {
         assert_eq!(w.retention(), [(10_000, 999)]);
         assert_eq!(w.params().window_ms, 1000);
         assert_eq!(subwin.empty_at(), Some(10_999));
-        assert_eq!(subwin.encode(), SUBWIN_V2);
+        assert_eq!(subwin.encode(), SUBWIN_V3_RETAINED);
         assert_eq!(
             subwin.mem_usage(),
             VALUE_OBJECT + class_ceil(4 * (5 + 10 + 11))
@@ -1026,18 +1217,51 @@ mod tests {
     #[test]
     fn the_stack_encoding_is_the_encoding() {
         let mut all = seeds();
-        // The widest fields: ten-byte varints.
-        let mut wide = vec![1, 2];
-        for v in [crate::algo::MAX_TIMESTAMP, u64::MAX, 1, 1, 1, 0] {
-            put_varint(&mut wide, v);
+        // The widest fields: ten-byte varints (a token, a leaky bucket whose delay is not its
+        // window, a fixed window ending long before its latest call).
+        for (tag, fields) in [
+            (2, &[crate::algo::MAX_TIMESTAMP, u64::MAX, 1, 1, 1][..]),
+            (3, &[crate::algo::MAX_TIMESTAMP, u64::MAX, 1, 2, 1, 1][..]),
+            (
+                4,
+                &[crate::algo::MAX_TIMESTAMP, (1 << 45) - 1, 0, 1, 1, 0][..],
+            ),
+        ] {
+            let mut wide = vec![ENCODING_VERSION, tag];
+            fields.iter().for_each(|&v| put_varint(&mut wide, v));
+            assert!(Limiter::decode(&wide).is_ok(), "{wide:?}");
+            all.push(wide);
         }
-        all.push(wide);
+        // Longer than the stack buffer: 40 records, 30 non-zero counters.
+        let ws = [Window {
+            limit: 100,
+            window_ms: 60_000,
+        }];
+        let mut log = SlidingLog::new(&ws);
+        let q = subwin::Params {
+            limit: 100,
+            window_ms: 60_000,
+            resolution_ms: 1000,
+        };
+        let mut ring = SubWindow::new(&q);
+        for t in 0..40 {
+            log.acquire(T0 + 7 * t, &ws, 1);
+            ring.acquire(T0 + 1000 * (t % 30), &q, 1);
+        }
+        for big in [Limiter::Slide(Box::new(log)), Limiter::Subwin(ring)] {
+            assert!(big.encode().len() > 64);
+            all.push(big.encode());
+        }
         for bytes in all {
             let Ok(limiter) = Limiter::decode(&bytes) else {
                 continue;
             };
             let encoded = limiter.encode();
-            assert_eq!(encoded, bytes);
+            // Versions 1 and 2 are read, version 3 is written (leases: version 1).
+            if bytes[0] == ENCODING_VERSION || limiter.kind() == Kind::Lease {
+                assert_eq!(encoded, bytes);
+            }
+            assert_eq!(Limiter::decode(&encoded).unwrap().encode(), encoded);
             assert_eq!(limiter.with_encoding(<[u8]>::to_vec), encoded);
         }
         let g = Gcra::from_parts(
@@ -1075,10 +1299,10 @@ mod tests {
         assert!(Limiter::decode(&version).is_err());
     }
 
-    /// One encoding of every kind, for the fuzzers to damage.
+    /// One encoding of every kind and version, for the fuzzers to damage.
     fn seeds() -> Vec<Vec<u8>> {
         vec![
-            sample().encode(),
+            SLIDE_V1.to_vec(),
             TOKEN_V1.to_vec(),
             LEAKY_V1.to_vec(),
             FIXED_V1.to_vec(),
@@ -1086,7 +1310,176 @@ mod tests {
             SLIDE_V2.to_vec(),
             SUBWIN_V2.to_vec(),
             LEASE_V1.to_vec(),
+            SLIDE_V3.to_vec(),
+            TOKEN_V3.to_vec(),
+            LEAKY_V3.to_vec(),
+            FIXED_V3.to_vec(),
+            SUBWIN_V3.to_vec(),
+            SLIDE_V3_RETAINED.to_vec(),
+            SUBWIN_V3_RETAINED.to_vec(),
+            FIXED_V3_PAST.to_vec(),
+            LEAKY_V3_DEFAULT.to_vec(),
         ]
+    }
+
+    /// Version 3, committed: the states of the version 1 and 2 fixtures above, in the
+    /// same order (`sample()` for the sliding log).
+    const SLIDE_V3: &[u8] = &[
+        3, 1, 173, 210, 149, 255, 188, 49, 2, 5, 232, 7, 100, 224, 212, 3, 0, 4, 173, 2, 2, 7, 1,
+        165, 2, 1, 1, 1,
+    ];
+    const TOKEN_V3: &[u8] = &[3, 2, 232, 7, 148, 35, 10, 232, 7, 5];
+    const LEAKY_V3: &[u8] = &[3, 3, 232, 7, 148, 35, 4, 232, 7, 1, 161, 6];
+    const FIXED_V3: &[u8] = &[3, 4, 232, 7, 192, 169, 7, 3, 10, 224, 212, 3, 1];
+    const SUBWIN_V3: &[u8] = &[3, 5, 232, 7, 10, 232, 7, 250, 1, 0, 2, 3, 2, 2, 3];
+    const SLIDE_V3_RETAINED: &[u8] = &[
+        3, 1, 226, 185, 143, 230, 178, 119, 1, 5, 232, 7, 1, 144, 78, 200, 177, 143, 230, 178, 119,
+        4, 226, 9, 1, 100, 1, 100, 1, 154, 8, 1,
+    ];
+    const SUBWIN_V3_RETAINED: &[u8] = &[
+        3, 5, 196, 19, 5, 232, 7, 232, 7, 1, 144, 78, 231, 7, 2, 2, 3, 1, 1,
+    ];
+    /// Version 3, committed: `RL.FIXED 10 1000` at 1000 (3 used), last seen at 2500: the
+    /// window ended 500 ms before, so `end - latest` is -500 (written 999).
+    const FIXED_V3_PAST: &[u8] = &[3, 4, 196, 19, 231, 7, 0, 10, 232, 7, 0];
+    /// Version 3, committed: `RL.LEAKY 100 86400000` (MAXDELAY its window: written 0) at
+    /// T0, one unit booked.
+    const LEAKY_V3_DEFAULT: &[u8] = &[
+        3, 3, 128, 208, 149, 255, 188, 49, 128, 184, 153, 41, 100, 128, 184, 153, 41, 1, 0,
+    ];
+
+    /// Version 1 and 2 encodings and the version 3 encodings of the same states decode to
+    /// equal states, which answer alike.
+    #[test]
+    fn old_and_new_encodings_decode_to_equal_states() {
+        for (old, new) in [
+            (SLIDE_V1, SLIDE_V3),
+            (TOKEN_V1, TOKEN_V3),
+            (LEAKY_V1, LEAKY_V3),
+            (FIXED_V1, FIXED_V3),
+            (SUBWIN_V1, SUBWIN_V3),
+            (SLIDE_V2, SLIDE_V3_RETAINED),
+            (SUBWIN_V2, SUBWIN_V3_RETAINED),
+        ] {
+            let (a, b) = (Limiter::decode(old).unwrap(), Limiter::decode(new).unwrap());
+            assert_eq!(format!("{a:?}"), format!("{b:?}"), "{new:?}");
+            assert_eq!((a.encode(), b.encode()), (new.to_vec(), new.to_vec()));
+            assert_eq!(a.mem_usage(), b.mem_usage());
+            for t in [0, 1, 250, 999, 1000, 10_000, 100_000] {
+                let now = a.latest() + t;
+                assert_eq!(a.peek(now), b.peek(now), "{new:?} at +{t}");
+                assert_eq!(a.empty_at(), b.empty_at());
+            }
+        }
+    }
+
+    /// The small states of `make bench-memory` stay at most 20 bytes, below which Redis does
+    /// not try to compress a string it saves.
+    #[test]
+    fn version_3_keeps_small_states_within_20_bytes() {
+        const T: Millis = 4_102_444_800_000;
+        let day = 86_400_000;
+        let rate = Params {
+            limit: 100,
+            window_ms: day,
+            burst: 100,
+            max_delay_ms: 0,
+        };
+        let mut token = Gcra::new(&rate);
+        token.acquire(T, &rate, 1);
+        let leaky_p = Params {
+            burst: 1,
+            max_delay_ms: day,
+            ..rate
+        };
+        let mut leaky = Gcra::new(&leaky_p);
+        leaky.acquire(T, &leaky_p, 1);
+        let fixed_p = fixed::Params {
+            limit: 100,
+            window_ms: day,
+            align: false,
+        };
+        let mut fixed = FixedWindow::new(&fixed_p);
+        fixed.acquire(T, &fixed_p, 1);
+        let ws = [Window {
+            limit: 100,
+            window_ms: day,
+        }];
+        let mut log = SlidingLog::new(&ws);
+        log.acquire(T, &ws, 1);
+        let sub_p = subwin::Params {
+            limit: 100,
+            window_ms: 3_600_000,
+            resolution_ms: 60_000,
+        };
+        let mut sub = SubWindow::new(&sub_p);
+        sub.acquire(T, &sub_p, 1);
+        for limiter in [
+            Limiter::Token(Box::new(token)),
+            Limiter::Leaky(Box::new(leaky)),
+            Limiter::Fixed(Box::new(fixed)),
+            Limiter::Slide(Box::new(log)),
+            Limiter::Subwin(sub),
+        ] {
+            let bytes = limiter.encode();
+            assert!(bytes.len() <= 20, "{:?}: {bytes:?}", limiter.kind());
+            assert_eq!(Limiter::decode(&bytes).unwrap().encode(), bytes);
+        }
+    }
+
+    #[test]
+    fn version_3_is_canonical() {
+        // A fixed window that ended before its latest call.
+        let past = Limiter::decode(FIXED_V3_PAST).unwrap();
+        let Limiter::Fixed(w) = &past else {
+            panic!("not a fixed window: {past:?}");
+        };
+        assert_eq!((w.latest(), w.end()), (2500, 2000));
+        assert_eq!(past.encode(), FIXED_V3_PAST);
+        // A leaky bucket's default delay is written 0, never as itself plus one.
+        let leaky = Limiter::decode(LEAKY_V3_DEFAULT).unwrap();
+        let Limiter::Leaky(g) = &leaky else {
+            panic!("not a leaky bucket: {leaky:?}");
+        };
+        assert_eq!(g.params().max_delay_ms, 86_400_000);
+        assert_eq!(leaky.encode(), LEAKY_V3_DEFAULT);
+        assert_eq!(leaky.peek(T0).as_reply(), [1, 101, 100, 0, 864_000]);
+        let mut spelled = LEAKY_V3_DEFAULT[..18].to_vec();
+        put_varint(&mut spelled, 86_400_001);
+        assert!(Limiter::decode(&spelled).is_err());
+        // A token bucket has no delay field; leases have no version 3.
+        assert!(Limiter::decode(&[TOKEN_V3, &[0]].concat()).is_err());
+        let mut lease = LEASE_V1.to_vec();
+        lease[0] = 3;
+        assert!(Limiter::decode(&lease).is_err());
+        // Sub-interval counters: non-zero, oldest first, within the ring and the epoch.
+        let ring = |tail: &[u8]| [&SUBWIN_V3[..10], tail].concat();
+        assert_eq!(ring(&[2, 3, 2, 2, 3]), SUBWIN_V3);
+        assert!(Limiter::decode(&ring(&[0])).is_ok());
+        for bad in [
+            &[2, 3, 2, 2, 0][..],
+            &[2, 0, 2, 0, 3],
+            &[2, 3, 2, 3, 3],
+            &[1, 5, 1],
+            &[2, 5, 2, 0, 3],
+            &[1, 3, 2, 9],
+        ] {
+            assert!(Limiter::decode(&ring(bad)).is_err(), "{bad:?}");
+        }
+        // A counter before the epoch (latest 1000: sub-interval 4 is the newest).
+        let mut early = ring(&[1, 4, 1]);
+        assert!(Limiter::decode(&early).is_ok());
+        early[2] = 100;
+        assert!(Limiter::decode(&early).is_err());
+        // A sliding log's oldest record cannot be before time 0.
+        let mut log = SLIDE_V3[..18].to_vec();
+        put_varint(&mut log, T0 + 302);
+        log.extend_from_slice(&SLIDE_V3[20..]);
+        assert!(Limiter::decode(&log).is_err());
+        let mut log = SLIDE_V3[..18].to_vec();
+        put_varint(&mut log, 301);
+        log.extend_from_slice(&SLIDE_V3[20..]);
+        assert_eq!(log, SLIDE_V3);
     }
 
     /// Kind 6 (leases), version 1, committed: limit 5 at latest T (2023-11-14), the last id
@@ -1184,7 +1577,7 @@ mod tests {
 
         #[test]
         fn fuzz_damaged_encodings_are_refused_or_sound(
-            seed in 0usize..8,
+            seed in 0usize..17,
             damages in prop::collection::vec(damage(), 1..6),
             times in prop::collection::vec(0u64..5_000, 1..4),
         ) {

@@ -187,14 +187,45 @@ impl SubWindow {
         retention: Option<&[(u64, Millis)]>,
         counts: &[u64],
     ) -> Result<Self, Corrupt> {
+        let w = SubWindow::empty_for(p, latest, retention)?;
+        if counts.len() as u64 != w.ring_n() + 1 {
+            return Err(Corrupt("wrong number of counters"));
+        }
+        let r = w.ring_n();
+        w.fill(
+            latest,
+            counts.iter().enumerate().map(|(k, &c)| (r - k as u64, c)),
+        )
+    }
+
+    /// Rebuilds a state as [`SubWindow::from_parts`] does, from its non-zero counters
+    /// alone, as `(back, count)`: the counter of sub-interval `L - back` (see
+    /// [`SubWindow::nonzero`]), `back` at most the ring's length, each given once, in any
+    /// order (the caller checks the order its encoding wants). Costs the counters given,
+    /// not the ring.
+    pub fn from_sparse(
+        p: Params,
+        latest: Millis,
+        retention: Option<&[(u64, Millis)]>,
+        nonzero: impl Iterator<Item = (u64, u64)>,
+    ) -> Result<Self, Corrupt> {
+        SubWindow::empty_for(p, latest, retention)?.fill(latest, nonzero)
+    }
+
+    /// The empty state [`SubWindow::from_parts`] fills: its parameters and retention checked.
+    fn empty_for(
+        p: Params,
+        latest: Millis,
+        retention: Option<&[(u64, Millis)]>,
+    ) -> Result<Self, Corrupt> {
         if !p.valid() {
             return Err(Corrupt("parameters out of range"));
         }
         if latest > MAX_TIMESTAMP {
             return Err(Corrupt("time out of range"));
         }
-        let mut w = match retention {
-            None => SubWindow::new(&p),
+        match retention {
+            None => Ok(SubWindow::new(&p)),
             Some(entries) => {
                 // A last use is the last millisecond of a sub-interval up to `latest`'s, at
                 // the resolution of its time (a coarser one, perhaps).
@@ -206,28 +237,37 @@ impl SubWindow {
                     return Err(Corrupt("empty retention"));
                 }
                 let (ring, _) = SubWindow::ring_for(&p, Some(&front));
-                SubWindow::shaped(&p, ring, Some(&front))
+                Ok(SubWindow::shaped(&p, ring, Some(&front)))
             }
-        };
-        if counts.len() as u64 != w.ring_n() + 1 {
-            return Err(Corrupt("wrong number of counters"));
         }
-        w.set_latest(latest);
-        let newest = w.index(latest);
+    }
+
+    /// Sets `latest` and the counters `(back, count)` (sub-interval `L - back`, each given
+    /// once; refused outside the ring) of an empty state, and the total.
+    fn fill(
+        mut self,
+        latest: Millis,
+        counters: impl Iterator<Item = (u64, u64)>,
+    ) -> Result<Self, Corrupt> {
+        self.set_latest(latest);
+        let newest = self.index(latest);
         let mut total: u32 = 0;
-        for (k, &c) in counts.iter().enumerate() {
+        for (back, c) in counters {
+            if back > self.ring_n() {
+                return Err(Corrupt("counter outside the ring"));
+            }
             let c = u32::try_from(c).map_err(|_| Corrupt("counter out of range"))?;
             total = total
                 .checked_add(c)
                 .ok_or(Corrupt("counters out of range"))?;
-            match (newest + k as u64).checked_sub(w.ring_n()) {
-                Some(i) => w.put_count(i, c),
+            match newest.checked_sub(back) {
+                Some(i) => self.put_count(i, c),
                 None if c == 0 => {}
                 None => return Err(Corrupt("counter before the epoch")),
             }
         }
-        w.put(TOTAL, total);
-        Ok(w)
+        self.put(TOTAL, total);
+        Ok(self)
     }
 
     /// The block, for a key to hold behind a thin pointer.
@@ -585,6 +625,26 @@ impl SubWindow {
         let newest = self.index(self.latest());
         let r = self.ring_n();
         (0..=r).map(move |k| (newest + k).checked_sub(r).map_or(0, |i| self.count(i)))
+    }
+
+    /// The non-zero counters, oldest first, as `(back, count)`: the counter of sub-interval
+    /// `L - back`, `L` being that of `latest` (what [`SubWindow::from_sparse`] takes). Skips
+    /// runs of zero counters a block at a time.
+    pub fn nonzero(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let (first, newest) = self.span();
+        let (from, before) = self.ring_runs(first, newest);
+        let oldest_back = newest - first;
+        [(from, 0), (before, from.len())]
+            .into_iter()
+            .flat_map(move |(run, offset)| {
+                let mut at = 0;
+                std::iter::from_fn(move || {
+                    let i = at + first_nonzero(run.get(at..)?)?;
+                    at = i + 1;
+                    let c = run.get(i).copied()?;
+                    Some((oldest_back - (offset + i) as u64, u64::from(c)))
+                })
+            })
     }
 
     /// Bytes of the block.
@@ -1118,6 +1178,24 @@ mod tests {
         }
     }
 
+    /// [`SubWindow::nonzero`] is [`SubWindow::counts`] without its zeros, and
+    /// [`SubWindow::from_sparse`] rebuilds the state from it.
+    fn sparse_round_trip(w: &SubWindow) -> Result<(), TestCaseError> {
+        let r = w.counts().count() as u64 - 1;
+        let sparse: Vec<(u64, u64)> = w
+            .counts()
+            .enumerate()
+            .filter(|&(_, c)| c != 0)
+            .map(|(k, c)| (r - k as u64, c))
+            .collect();
+        prop_assert_eq!(w.nonzero().collect::<Vec<_>>(), sparse.clone());
+        let kept = w.retention();
+        let kept = (!kept.is_empty()).then_some(&kept[..]);
+        let back = SubWindow::from_sparse(w.params(), w.latest(), kept, sparse.into_iter());
+        prop_assert_eq!(back.as_ref(), Ok(w));
+        Ok(())
+    }
+
     proptest! {
         /// The block scans find what a counter-by-counter search finds.
         #[test]
@@ -1169,6 +1247,7 @@ mod tests {
                         _ => Some((i, t)),
                     };
                     prop_assert_eq!(w.total(), w.counts().sum::<u64>());
+                    sparse_round_trip(&w)?;
                     if let Some((_, since)) = run.filter(|&(_, since)| t / res > since / res + widest) {
                         prop_assert!(w.retention().is_empty(), "used alone since {}", since);
                         prop_assert_eq!(w.heap_size(), 4 * (5 + q.subintervals() as usize + 1));
@@ -1196,6 +1275,7 @@ mod tests {
                 let want = naive.acquire(at, &params, cost);
                 prop_assert_eq!((d.allowed, d.remaining, d.retry_after, d.reset_after_ms), want);
                 prop_assert_eq!(w.total(), w.counts().sum::<u64>());
+                sparse_round_trip(&w)?;
             }
         }
 

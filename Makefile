@@ -101,7 +101,7 @@ examples/node/node_modules/.package-lock.json: examples/node/package-lock.json e
 	cd examples/node && npm ci --no-audit --no-fund --loglevel=error
 
 test-examples: deps examples-deps ## Run the Python, Node and Rust client examples against a server and a cluster of their own
-	cargo build --release --examples
+	cargo build --release --lib --examples
 	MODULE=$(CURDIR)/$(SO) examples/test.sh
 
 bench: build ## Throughput against INCR, SET PX and the Lua scripts (CELL_SO=... adds CL.THROTTLE)

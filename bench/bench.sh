@@ -207,7 +207,7 @@ run_case() { # index
   read -r -a opts <<<"${OPTS[i]}"
   # Every case starts from an empty dataset, so earlier cases' keys (and their expiry)
   # do not weigh on it.
-  rcli FLUSHALL >/dev/null
+  rcli FLUSHALL SYNC >/dev/null
   if [[ -n ${FILL[${NAMES[i]}]:-} ]]; then
     local fill
     command_words "${FILL[${NAMES[i]}]}"

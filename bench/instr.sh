@@ -276,7 +276,7 @@ warm() {
   local i=$1 shape=${SHAPES[$1]} live setup
   case $shape in
     hot | hot:*)
-      rcli FLUSHALL >/dev/null
+      rcli FLUSHALL SYNC >/dev/null
       if [[ $shape == hot:* ]]; then
         read -r -a setup <<<"${shape#hot:}"
         rcli "${setup[@]}" >/dev/null
@@ -292,7 +292,7 @@ warm() {
       LAST_LIVE=
       ;;
     fill:*)
-      rcli FLUSHALL >/dev/null
+      rcli FLUSHALL SYNC >/dev/null
       command_words "${shape#fill:}"
       live="${WORDS[*]}"
       [[ $live == *__rand_int__* ]] || die "case ${NAMES[i]}: a fill command needs __rand_int__"
@@ -301,7 +301,7 @@ warm() {
       LAST_LIVE=
       ;;
     live)
-      rcli FLUSHALL >/dev/null
+      rcli FLUSHALL SYNC >/dev/null
       command_words "${CMDS[i]}"
       live="${WORDS[*]}"
       [[ $live == *__rand_int__* ]] || die "case ${NAMES[i]}: a live case needs __rand_int__ in its key"
@@ -315,7 +315,7 @@ warm() {
       LAST_LIVE=
       ;;
     none)
-      rcli FLUSHALL >/dev/null
+      rcli FLUSHALL SYNC >/dev/null
       LAST_LIVE=
       ;;
     *) die "case ${NAMES[i]}: unknown shape $shape" ;;
@@ -415,7 +415,7 @@ for c in "${PROP_CASES[@]}"; do [[ -z ${INDEX[$c]:-} ]] || PROP+=("$c"); done
 declare -A IR_AOF=() IR_REPL=()
 if ((${#PROP[@]} > 0)); then
   log "propagation: appendonly yes"
-  rcli FLUSHALL >/dev/null
+  rcli FLUSHALL SYNC >/dev/null
   rcli CONFIG SET appendonly yes >/dev/null
   for _ in $(seq 600); do # the initial rewrite (a fork, also under valgrind): up to 60 s
     [[ $(info_field persistence aof_rewrite_in_progress) == 0 &&
@@ -432,7 +432,7 @@ if ((${#PROP[@]} > 0)); then
   rcli CONFIG SET appendonly no >/dev/null
 
   log "propagation: a replica attached"
-  rcli FLUSHALL >/dev/null
+  rcli FLUSHALL SYNC >/dev/null
   start_redis REPLICA_PORT REPLICA_PID 20 replica launch_replica "$TMP/replica.log"
   for _ in $(seq 600); do # the full sync: up to 60 s
     [[ $(info_field replication connected_slaves) == 1 ]] &&

@@ -85,7 +85,7 @@ for line in "${KINDS[@]}"; do
   name=$(trim "$name") cmd=$(trim "$cmd")
   [[ -n $CELL_SO || ! $cmd =~ ^CL\. ]] || continue
   [[ $cmd == *__key__* ]] || die "kind $name: no __key__ in '$cmd'"
-  rcli FLUSHALL >/dev/null
+  rcli FLUSHALL SYNC >/dev/null
   before=$(used_memory)
   out=$(awk -v pre="${cmd%%__key__*}" -v post="${cmd#*__key__}" -v n="$KEYS" \
     'BEGIN { for (k = 0; k < n; k++) printf "%sm:%012d%s\n", pre, k, post }' |
@@ -114,7 +114,7 @@ for line in "${KINDS[@]}"; do
   BYTES+=("$(awk -v a="$after" -v b="$before" -v n="$KEYS" 'BEGIN { printf "%.1f", (a - b) / n }')")
   log "$(printf '%-10s %8s bytes/key  MEMORY USAGE %4s  DEBUG RELOAD %6d ms, %6d ms CPU' "$name" "${BYTES[-1]}" "$usage" "$best" "${RELOAD_CPU[-1]}")"
 done
-rcli FLUSHALL >/dev/null
+rcli FLUSHALL SYNC >/dev/null
 
 # ---------------------------------------------------------------------------------------
 # Report

@@ -149,7 +149,7 @@ fn bad_input(#[case] words: &[&str], #[case] want: &str) {
 
 #[rstest]
 fn survives_restart_and_reaches_the_aof_in_one_multi() {
-    let mut server = Server::start(&["--appendonly", "yes"]);
+    let mut server = Server::start(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mut c = server.conn();
     let t = unix_ms();
     let line = format!("RL.ALL 2 {{o}}:a {{o}}:b TOKEN 100 60000 FIXED 5 60000 COST 2 NOW {t}");

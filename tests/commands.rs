@@ -452,7 +452,7 @@ fn memory_usage_is_what_a_key_costs(server: Server) {
     let mut c = server.conn();
     const N: u64 = 20_000;
     let per_key = |c: &mut Connection, template: &str| -> (f64, f64) {
-        run(c, &["FLUSHALL"]).unwrap();
+        run(c, &["FLUSHALL", "SYNC"]).unwrap(); // Valkey 8 flushes lazily by default
         let before = info_used_memory(c);
         let mut pipe = redis::pipe();
         for i in 0..N {

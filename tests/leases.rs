@@ -376,7 +376,7 @@ fn replicas_follow_and_a_promoted_replica_makes_new_ids() {
 
 #[test]
 fn persistence_rdb_and_aof() {
-    let mut server = Server::start(&["--appendonly", "yes"]);
+    let mut server = Server::start(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mut c = server.conn();
     let now = unix_ms();
     for i in 0..30 {

@@ -143,9 +143,9 @@ struct Call<'a, P: ?Sized> {
     cost: u64,
     now: Option<Millis>,
     mode: Mode,
-    /// How many arguments after the key the client sent positionally (propagated as is:
-    /// the parser has checked they are canonical integers).
-    positional: usize,
+    /// The positional arguments after the key, as parsed (the parser has checked that the
+    /// client wrote them as canonical integers, so these propagate the same words).
+    positional: &'a [u64],
     /// Flags given (propagated after the positional arguments).
     flags: &'a [&'a str],
     /// Options as `(keyword, value, default)`: propagated with their values where these are
@@ -182,10 +182,9 @@ fn propagate(
 
 /// The body of every limiter command: decide at one time, record when allowed, expire the
 /// key when the limiter will be empty, and propagate the effect.
-fn limit<L: Limit, A: AsBytes>(
+fn limit<L: Limit>(
     ctx: &Context,
     key_name: Arg,
-    args: &[A],
     call: Call<L::Params>,
     fresh: impl FnOnce() -> L,
     wrap: fn(L) -> Limiter,
@@ -201,7 +200,7 @@ fn limit<L: Limit, A: AsBytes>(
     let (limiter, in_key) = match held.as_deref_mut() {
         Some(held) if held.kind() != call.kind => return Err(other_kind(held, call.kind)),
         Some(held) => {
-            let current = unwrap(held).ok_or(Error::Internal(call.kind.command()))?;
+            let current = unwrap(held).ok_or_else(|| Error::Internal(call.kind.command()))?;
             match current.reshaped(clock.caller, params) {
                 Some(new) => (created.insert(new), false),
                 None => (current, true),
@@ -233,9 +232,9 @@ fn limit<L: Limit, A: AsBytes>(
     let expiry = settle(&key, call.kind.event(), empty_at, clock.lag, before);
     let decision = decision.resetting_at(empty_at, clock.caller);
     propagate(ctx, key_name, call.mode, call.kind.command(), |line| {
-        // The positional arguments exactly as the client sent them, then the flags.
-        for a in args.get(2..2 + call.positional).unwrap_or_default() {
-            line.word(a.as_bytes());
+        // The positional arguments (the words the client sent), then the flags.
+        for &v in call.positional {
+            line.number(v);
         }
         for flag in call.flags {
             line.word(flag.as_bytes());
@@ -261,19 +260,23 @@ pub fn slide(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
 fn slide_as<A: AsBytes>(ctx: &Context, key: Arg, args: &[A], mode: Mode) -> Result<Reply, Error> {
     let req = args::slide(args)?;
     let windows = req.windows.as_slice();
+    let mut numbers = [0u64; 2 * crate::algo::slide::MAX_WINDOWS];
+    for (pair, w) in numbers.chunks_exact_mut(2).zip(windows) {
+        pair.copy_from_slice(&[w.limit, w.window_ms]);
+    }
     let call = Call {
         kind: Kind::Slide,
         params: windows,
         cost: req.options.cost,
         now: req.options.now,
         mode,
-        positional: 2 * windows.len(),
+        positional: numbers.get(..2 * windows.len()).unwrap_or_default(),
         flags: &[],
         resolved: &[],
     };
     let wrap = |log| Limiter::Slide(Box::new(log));
     let fresh = || SlidingLog::new(windows);
-    limit(ctx, key, args, call, fresh, wrap, Limiter::slide_mut)
+    limit(ctx, key, call, fresh, wrap, Limiter::slide_mut)
 }
 
 pub fn token(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
@@ -289,7 +292,7 @@ fn token_as<A: AsBytes>(ctx: &Context, key: Arg, args: &[A], mode: Mode) -> Resu
         (|g| Limiter::Token(Box::new(g))) as fn(Gcra) -> Limiter,
         Limiter::token_mut as _,
     );
-    bucket(ctx, key, args, mode, req, &resolved, shape)
+    bucket(ctx, key, mode, req, &resolved, shape)
 }
 
 pub fn leaky(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
@@ -312,7 +315,7 @@ fn leaky_as<A: AsBytes>(ctx: &Context, key: Arg, args: &[A], mode: Mode) -> Resu
         (|g| Limiter::Leaky(Box::new(g))) as fn(Gcra) -> Limiter,
         Limiter::leaky_mut as _,
     );
-    bucket(ctx, key, args, mode, req, &resolved, shape)
+    bucket(ctx, key, mode, req, &resolved, shape)
 }
 
 pub fn fixed(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
@@ -328,7 +331,7 @@ fn fixed_as<A: AsBytes>(ctx: &Context, key: Arg, args: &[A], mode: Mode) -> Resu
         cost: req.options.cost,
         now: req.options.now,
         mode,
-        positional: 2,
+        positional: &[p.limit, p.window_ms],
         flags: if p.align { &["ALIGN"] } else { &[] },
         resolved: &[],
     };
@@ -336,7 +339,6 @@ fn fixed_as<A: AsBytes>(ctx: &Context, key: Arg, args: &[A], mode: Mode) -> Resu
     limit(
         ctx,
         key,
-        args,
         call,
         fresh,
         |w| Limiter::Fixed(Box::new(w)),
@@ -357,20 +359,12 @@ fn subwin_as<A: AsBytes>(ctx: &Context, key: Arg, args: &[A], mode: Mode) -> Res
         cost: req.options.cost,
         now: req.options.now,
         mode,
-        positional: 3,
+        positional: &[p.limit, p.window_ms, p.resolution_ms],
         flags: &[],
         resolved: &[],
     };
     let fresh = || SubWindow::new(&p);
-    limit(
-        ctx,
-        key,
-        args,
-        call,
-        fresh,
-        Limiter::Subwin,
-        Limiter::subwin_mut,
-    )
+    limit(ctx, key, call, fresh, Limiter::Subwin, Limiter::subwin_mut)
 }
 
 /// `RL.TOKEN` and `RL.LEAKY`: the same core under two kinds of key.
@@ -380,10 +374,9 @@ type BucketShape = (
     fn(&mut Limiter) -> Option<&mut Gcra>,
 );
 
-fn bucket<A: AsBytes>(
+fn bucket(
     ctx: &Context,
     key: Arg,
-    args: &[A],
     mode: Mode,
     req: args::Rate,
     resolved: &[(&str, u64, u64)],
@@ -396,11 +389,11 @@ fn bucket<A: AsBytes>(
         cost: req.options.cost,
         now: req.options.now,
         mode,
-        positional: 2,
+        positional: &[p.limit, p.window_ms],
         flags: &[],
         resolved,
     };
-    limit(ctx, key, args, call, || Gcra::new(&p), wrap, unwrap)
+    limit(ctx, key, call, || Gcra::new(&p), wrap, unwrap)
 }
 
 pub fn peek(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {

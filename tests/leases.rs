@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::{digest, err, int, rl, run, text, unix_ms, wait_until, Server};
+use common::{aof_commands, digest, err, int, rl, run, text, unix_ms, wait_until, Server};
 use redis::{Connection, Value};
 
 /// `[allowed, limit, remaining, retry_after_ms, reset_after_ms]` and the lease id.
@@ -216,67 +216,33 @@ fn leases_end_exactly_and_the_key_with_the_last() {
 
 /// Every lease granted as recorded in the AOF: `(id, start, end)` intervals.
 fn aof_intervals(server: &Server, key: &str) -> Vec<(String, u64, u64)> {
-    let dir = server.path("appendonlydir");
-    let manifest = std::fs::read_to_string(dir.join("appendonly.aof.manifest")).unwrap();
     let mut open: HashMap<String, (u64, u64)> = HashMap::new();
     let mut done = Vec::new();
-    for line in manifest.lines() {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let Some(at) = words.iter().position(|w| *w == "file") else {
-            continue;
-        };
-        if !line.ends_with("type i") {
+    // Effects read as the command lines they stand for: `RL.X key words... NOW t`.
+    for e in aof_commands(server) {
+        if e.len() < 2 || e[1] != key || !e[0].starts_with("RL.") {
             continue;
         }
-        let bytes = std::fs::read(dir.join(words[at + 1])).unwrap();
-        for cmd in resp_commands(&bytes) {
-            if cmd.len() != 3 || cmd[0] != "RL.APPLY" || cmd[1] != key {
-                continue;
-            }
-            let e: Vec<&str> = cmd[2].split(' ').collect();
-            let now: u64 = e[e.len() - 1].parse().unwrap();
-            match e[0] {
-                "RL.ACQUIRE" => {
-                    let lease: u64 = e[2].parse().unwrap();
-                    let id = e[4].to_string();
-                    if let Some((start, _)) = open.remove(&id) {
-                        done.push((id.clone(), start, now));
-                    }
-                    open.insert(id, (now, now + lease));
+        let now: u64 = e[e.len() - 1].parse().unwrap();
+        match e[0].as_str() {
+            "RL.ACQUIRE" => {
+                let lease: u64 = e[3].parse().unwrap();
+                let id = e[5].to_string();
+                if let Some((start, _)) = open.remove(&id) {
+                    done.push((id.clone(), start, now));
                 }
-                "RL.RELEASE" => {
-                    if let Some((start, end)) = open.remove(e[1]) {
-                        done.push((e[1].to_string(), start, end.min(now)));
-                    }
-                }
-                other => panic!("unexpected effect {other}"),
+                open.insert(id, (now, now + lease));
             }
+            "RL.RELEASE" => {
+                if let Some((start, end)) = open.remove(&e[2]) {
+                    done.push((e[2].to_string(), start, end.min(now)));
+                }
+            }
+            other => panic!("unexpected effect {other}"),
         }
     }
     done.extend(open.into_iter().map(|(id, (s, e))| (id, s, e)));
     done
-}
-
-fn resp_commands(bytes: &[u8]) -> Vec<Vec<String>> {
-    let mut at = 0;
-    let line = |at: &mut usize| {
-        let end = *at + bytes[*at..].windows(2).position(|w| w == b"\r\n").unwrap();
-        let l = String::from_utf8_lossy(&bytes[*at..end]).into_owned();
-        *at = end + 2;
-        l
-    };
-    let mut out = Vec::new();
-    while at < bytes.len() {
-        let n: usize = line(&mut at)[1..].parse().unwrap();
-        let mut words = Vec::new();
-        for _ in 0..n {
-            let len: usize = line(&mut at)[1..].parse().unwrap();
-            words.push(String::from_utf8_lossy(&bytes[at..at + len]).into_owned());
-            at += len + 2;
-        }
-        out.push(words);
-    }
-    out
 }
 
 /// The most leases held at once over `intervals`.

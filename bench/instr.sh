@@ -80,6 +80,9 @@ STOP_WAIT=10 # valgrind writes its last dump
 CASES=(
   # name             | shape                | exp | target | vs                        | n%  | command
   "incr              | hot:SET counter 1000000 | -   | -      |                           | 100 | INCR counter"
+  # The same work with one more argument: what an argument costs the server by itself
+  # (reading it, its string object, freeing it), before any command looks at it.
+  "incrby            | hot:SET counter 1000000 | -   | -      |                           | 100 | INCRBY counter 1"
   "set-px-hot        | hot                  | -   | -      |                           | 100 | SET key v PX 60000"
   "set-px-live       | live                 | -   | -      |                           | 100 | SET k:__rand_int__ v PX 60000"
   "set-px-new        | new=set-px-live      | -   | -      |                           | 100 | SET n:__rand_int__ v PX 60000"

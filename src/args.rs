@@ -175,7 +175,30 @@ fn rate<A: AsBytes>(args: &[A], allowed: &[Opt]) -> Result<(u64, u64, Parsed), E
 }
 
 pub fn slide<A: AsBytes>(args: &[A]) -> Result<Slide, Error> {
-    let rest = args.get(2..).ok_or(Error::Arity)?;
+    // The usual call, one window and no option, parsed without the general scan (any
+    // error is left to it, so that it is reported the same way).
+    if let [_, _, limit, window_ms] = args {
+        if let (Ok(limit), Ok(window_ms)) = (
+            int(limit, "limit", 1, MAX_LIMIT),
+            int(window_ms, "window_ms", 1, MAX_WINDOW_MS),
+        ) {
+            let mut windows = Windows {
+                items: [Window {
+                    limit: 0,
+                    window_ms: 0,
+                }; MAX_WINDOWS],
+                len: 1,
+            };
+            windows.items[0] = Window { limit, window_ms };
+            return Ok(Slide {
+                windows,
+                options: Options::from([None; 5]),
+            });
+        }
+    }
+    let Some(rest) = args.get(2..) else {
+        return Err(Error::Arity);
+    };
     // Positional pairs run up to the first word that is not a number. Their bytes are
     // kept as they are found (reading an argument's bytes is a call into Redis).
     let mut words: [&[u8]; 2 * MAX_WINDOWS] = [&[]; 2 * MAX_WINDOWS];
@@ -226,7 +249,10 @@ pub fn slide<A: AsBytes>(args: &[A]) -> Result<Slide, Error> {
 
 /// `RL.PEEK key [COST n] [NOW ms]`: COST 0 (a read of the state) when left out.
 pub fn peek<A: AsBytes>(args: &[A]) -> Result<Options, Error> {
-    let opts = options(args.get(2..).ok_or(Error::Arity)?, &[Opt::Cost, Opt::Now])?;
+    let Some(rest) = args.get(2..) else {
+        return Err(Error::Arity);
+    };
+    let opts = options(rest, &[Opt::Cost, Opt::Now])?;
     Ok(Options {
         cost: opts[Opt::Cost as usize].unwrap_or(0),
         now: opts[Opt::Now as usize],
@@ -553,7 +579,16 @@ impl From<Parsed> for Options {
 }
 
 /// `KEYWORD value` pairs in any order, each of the `allowed` ones at most once.
+#[inline(always)]
 fn options<A: AsBytes>(args: &[A], allowed: &[Opt]) -> Result<Parsed, Error> {
+    // Most calls give none.
+    if args.is_empty() {
+        return Ok([None; 5]);
+    }
+    some_options(args, allowed)
+}
+
+fn some_options<A: AsBytes>(args: &[A], allowed: &[Opt]) -> Result<Parsed, Error> {
     let mut parsed: Parsed = [None; 5];
     let mut it = args.iter();
     while let Some(name) = it.next() {

@@ -92,7 +92,11 @@ pub(crate) fn applying_decided(ctx: &Context) -> bool {
 }
 
 pub(crate) fn key_arg(args: &[Arg]) -> Result<Arg, Error> {
-    args.get(1).copied().ok_or(Error::Arity)
+    // Not `ok_or`: an `Error` made and dropped on every call costs a call to its destructor.
+    match args.get(1) {
+        Some(&key) => Ok(key),
+        None => Err(Error::Arity),
+    }
 }
 
 pub(crate) fn other_kind(held: &Limiter, wanted: Kind) -> Error {

@@ -154,6 +154,35 @@ const COMMANDS: [&str; 7] = [
 /// A compact effect's keywords, tagged `1 + index`; tag 0 is a number.
 const KEYWORDS: [&str; 5] = ["BURST", "MAXDELAY", "COST", "NOW", "ALIGN"];
 
+/// The code of `command` in [`COMMANDS`] (`1 + index`). A `match`, so that a command known at
+/// compile time costs nothing to look up.
+#[inline(always)]
+fn command_code(command: &str) -> Option<u8> {
+    match command {
+        "RL.SLIDE" => Some(1),
+        "RL.TOKEN" => Some(2),
+        "RL.LEAKY" => Some(3),
+        "RL.FIXED" => Some(4),
+        "RL.SUBWIN" => Some(5),
+        "RL.REFUND" => Some(6),
+        "RL.CHARGE" => Some(7),
+        _ => None,
+    }
+}
+
+/// The tag of keyword `w` in [`KEYWORDS`] (`1 + index`), as [`command_code`].
+#[inline(always)]
+fn keyword_tag(w: &[u8]) -> Option<u8> {
+    match w {
+        b"BURST" => Some(1),
+        b"MAXDELAY" => Some(2),
+        b"COST" => Some(3),
+        b"NOW" => Some(4),
+        b"ALIGN" => Some(5),
+        _ => None,
+    }
+}
+
 /// The longest compact effect: `RL.SLIDE` with 8 windows of 20-digit numbers, COST and NOW.
 const COMPACT_MAX_LEN: usize = 2 + (2 * crate::algo::slide::MAX_WINDOWS + 2) * 11 + 2;
 
@@ -172,14 +201,14 @@ impl Compact {
     /// An effect of `command`, which must be one of the commands that propagate.
     #[inline(always)]
     pub fn new(command: &str) -> Compact {
-        let code = COMMANDS.iter().position(|c| *c == command);
+        let code = command_code(command);
         let mut out = Compact {
             buf: [0; COMPACT_MAX_LEN],
             len: 2,
             ok: code.is_some(),
         };
         out.buf[0] = COMPACT;
-        out.buf[1] = code.map_or(0, |c| c as u8 + 1);
+        out.buf[1] = code.unwrap_or(0);
         out
     }
 
@@ -196,8 +225,8 @@ impl Compact {
     /// Appends a word: a keyword, or a number in canonical decimal (as the parsers accept).
     pub fn word(&mut self, w: &[u8]) -> &mut Compact {
         if !w.first().is_some_and(u8::is_ascii_digit) {
-            match KEYWORDS.iter().position(|k| k.as_bytes() == w) {
-                Some(k) => self.push(k as u8 + 1),
+            match keyword_tag(w) {
+                Some(tag) => self.push(tag),
                 None => self.ok = false,
             }
             return self;
@@ -217,18 +246,41 @@ impl Compact {
 
     /// Appends a number.
     pub fn number(&mut self, mut v: u64) -> &mut Compact {
-        self.push(0);
-        while v >= 0x80 {
-            self.push((v as u8) | 0x80);
+        // The tag and at most 10 bytes of varint, written in one go where they fit.
+        let Some(out) = self.buf.get_mut(self.len..self.len + 11) else {
+            self.push(0);
+            while v >= 0x80 {
+                self.push((v as u8) | 0x80);
+                v >>= 7;
+            }
+            self.push(v as u8);
+            return self;
+        };
+        let mut written = 1;
+        for slot in out.iter_mut().skip(1) {
+            written += 1;
+            if v < 0x80 {
+                *slot = v as u8;
+                break;
+            }
+            *slot = (v as u8) | 0x80;
             v >>= 7;
         }
-        self.push(v as u8);
+        if let Some(tag) = out.first_mut() {
+            *tag = 0;
+        }
+        self.len += written;
         self
     }
 
-    /// `KEYWORD value`.
+    /// `KEYWORD value`. Inlined, so that a literal keyword's tag is found at compile time.
+    #[inline(always)]
     pub fn option(&mut self, keyword: &str, v: u64) -> &mut Compact {
-        self.word(keyword.as_bytes()).number(v)
+        match keyword_tag(keyword.as_bytes()) {
+            Some(tag) => self.push(tag),
+            None => self.ok = false,
+        }
+        self.number(v)
     }
 
     /// The effect, `None` if a word was neither a keyword nor a canonical number, or the
@@ -316,6 +368,18 @@ impl AsBytes for &[u8] {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn codes_and_tags_follow_the_tables() {
+        for (i, c) in COMMANDS.iter().enumerate() {
+            assert_eq!(command_code(c), Some(i as u8 + 1));
+        }
+        for (i, k) in KEYWORDS.iter().enumerate() {
+            assert_eq!(keyword_tag(k.as_bytes()), Some(i as u8 + 1));
+        }
+        assert_eq!(command_code("RL.ALL"), None);
+        assert_eq!(keyword_tag(b"now"), None);
+    }
 
     #[test]
     fn writes_and_splits_an_effect() {

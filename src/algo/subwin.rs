@@ -698,7 +698,11 @@ impl Limit for SubWindow {
     fn evaluate(&self, now: Millis, p: &Params, cost: u64) -> Decision {
         let now = now.max(self.latest());
         let n = p.subintervals().min(self.ring_n());
-        let (full, trailing) = self.estimate(now, n);
+        // An empty ring (a new key) counts nothing.
+        let (full, trailing) = match self.total() {
+            0 => (0, 0),
+            _ => self.estimate(now, n),
+        };
         let used = full + trailing;
         let allowed = used.saturating_add(cost) <= p.limit;
         let retry_after = if allowed {
@@ -736,8 +740,9 @@ impl Limit for SubWindow {
             return false;
         }
         let current = self.index(now);
-        if plan.is_none() && current == self.index(self.latest()) {
-            // The same shape, in the latest sub-interval (the usual call): nothing leaves.
+        if plan.is_none() && (current == self.index(self.latest()) || self.total() == 0) {
+            // The same shape, in the latest sub-interval (the usual call), or an empty ring
+            // (a new key): nothing leaves, and the other counters are 0 already.
             let slot = self.slot(current);
             let (Ok(count), Ok(total)) = (
                 u32::try_from(u64::from(self.word(slot)) + cost),

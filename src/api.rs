@@ -315,6 +315,106 @@ pub fn replicate_effect(ctx: &Context, key: Arg, effect: &[u8]) {
     }
 }
 
+/// Propagates several changes as one command, `RL.APPLY key effect [key effect ...]` (what
+/// `RL.ALL` changes): one command name for Redis to look up, and no MULTI/EXEC around them.
+pub fn replicate_effects(ctx: &Context, changes: &[(Arg, &[u8])]) {
+    // Up to four changes (RL.ALL's usual calls) are passed as buffers, which Redis copies
+    // into its own strings; more, as strings made here.
+    let rep = unsafe { raw::RedisModule_Replicate };
+    let (name, e) = (c"RL.APPLY".as_ptr(), |b: &[u8]| b.as_ptr().cast::<c_char>());
+    // SAFETY (each arm): the format takes, per change, a live string (the command's key
+    // argument), then a buffer and its length.
+    match (rep, changes) {
+        (None, _) | (_, []) => return,
+        (_, [(key, effect)]) => return replicate_effect(ctx, *key, effect),
+        (Some(rep), [(k1, e1), (k2, e2)]) => unsafe {
+            rep(
+                ctx.ctx,
+                name,
+                c"sbsb".as_ptr(),
+                k1.raw(),
+                e(e1),
+                e1.len(),
+                k2.raw(),
+                e(e2),
+                e2.len(),
+            );
+            return;
+        },
+        (Some(rep), [(k1, e1), (k2, e2), (k3, e3)]) => unsafe {
+            rep(
+                ctx.ctx,
+                name,
+                c"sbsbsb".as_ptr(),
+                k1.raw(),
+                e(e1),
+                e1.len(),
+                k2.raw(),
+                e(e2),
+                e2.len(),
+                k3.raw(),
+                e(e3),
+                e3.len(),
+            );
+            return;
+        },
+        (Some(rep), [(k1, e1), (k2, e2), (k3, e3), (k4, e4)]) => unsafe {
+            rep(
+                ctx.ctx,
+                name,
+                c"sbsbsbsb".as_ptr(),
+                k1.raw(),
+                e(e1),
+                e1.len(),
+                k2.raw(),
+                e(e2),
+                e2.len(),
+                k3.raw(),
+                e(e3),
+                e3.len(),
+                k4.raw(),
+                e(e4),
+                e4.len(),
+            );
+            return;
+        },
+        _ => {}
+    }
+    // SAFETY: reading the API function pointers the server filled in at load time.
+    let api = unsafe {
+        (
+            raw::RedisModule_Replicate,
+            raw::RedisModule_CreateString,
+            raw::RedisModule_FreeString,
+        )
+    };
+    let (Some(rep), Some(create), Some(free)) = api else {
+        return;
+    };
+    let mut argv: SmallVec<[*mut raw::RedisModuleString; 2 * ALL_INLINE_KEYS]> = SmallVec::new();
+    for (key, effect) in changes {
+        // SAFETY: a copy of the effect's bytes, freed below once Redis holds its reference.
+        let effect = unsafe { create(ctx.ctx, effect.as_ptr().cast::<c_char>(), effect.len()) };
+        argv.push(key.raw());
+        argv.push(effect);
+    }
+    // SAFETY: the format takes an array of live strings (the command's key arguments and the
+    // effects just made) and its length; Redis takes a reference to each.
+    unsafe {
+        rep(
+            ctx.ctx,
+            c"RL.APPLY".as_ptr(),
+            c"v".as_ptr(),
+            argv.as_mut_ptr(),
+            argv.len(),
+        );
+    }
+    for effect in argv.iter().skip(1).step_by(2) {
+        // SAFETY: each made above, freed once.
+        unsafe { free(ctx.ctx, *effect) };
+    }
+}
+
 /// Propagates `PEXPIREAT key at` to replicas and the AOF.
 pub fn replicate_expire_at(ctx: &Context, key: Arg, at: u64) {
     let Some(rep) = (unsafe { raw::RedisModule_Replicate }) else {

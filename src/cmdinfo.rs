@@ -39,6 +39,8 @@ pub enum Keys {
     First,
     /// `numkeys key [key ...]`: the count right after the command name, then the keys.
     Counted,
+    /// `key value [key value ...]`: every other argument from the first.
+    Pairs,
 }
 
 /// One command's metadata.
@@ -141,13 +143,9 @@ fn build_args(
     p
 }
 
-/// Sets the metadata of an already registered command. Returns false (and logs) where the
-/// server refuses it; the command still works then, with generic metadata.
-pub fn set(ctx: &Context, info: &Info) -> bool {
-    set_with_keys(ctx, info, Keys::First)
-}
-
-/// [`set`] for a command whose keys are where `keys` says.
+/// Sets the metadata of an already registered command whose keys are where `keys` says.
+/// Returns false (and logs) where the server refuses it; the command still works then, with
+/// generic metadata.
 pub fn set_with_keys(ctx: &Context, info: &Info, keys: Keys) -> bool {
     // SAFETY: reading the API function pointers the server filled in at load time.
     let api = unsafe { (raw::RedisModule_GetCommand, raw::RedisModule_SetCommandInfo) };
@@ -183,6 +181,13 @@ pub fn set_with_keys(ctx: &Context, info: &Info, keys: Keys) -> bool {
                 raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
             key_specs[0].fk.range.lastkey = 0;
             key_specs[0].fk.range.keystep = 1;
+            key_specs[0].fk.range.limit = 0;
+        }
+        Keys::Pairs => {
+            key_specs[0].find_keys_type =
+                raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+            key_specs[0].fk.range.lastkey = -1;
+            key_specs[0].fk.range.keystep = 2;
             key_specs[0].fk.range.limit = 0;
         }
         Keys::Counted => {

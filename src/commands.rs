@@ -1,7 +1,8 @@
 //! The `RL.*` handlers: parse, read the clock once, run the algorithm, set the expiry and
 //! replicate. The only module that decides what a command does to a key.
 //!
-//! Replication: a change is propagated as `RL.APPLY key effect` (see [`crate::effect`]): the
+//! Replication: a change is propagated as `RL.APPLY key effect` (see [`crate::effect`]; the
+//! changes of one `RL.ALL` as one `RL.APPLY key effect [key effect ...]`): the
 //! deciding command's words with the exact decision time (`NOW`) it was taken at. A server executing a command that came
 //! from its primary or from the AOF applies it even where it would have decided otherwise,
 //! so replicas follow the primary's decisions. Refused and `COST 0` calls propagate nothing.
@@ -12,6 +13,7 @@
 //! empty on the server's clock: a `NOW` behind the server clock keeps the key that much
 //! longer, and that absolute expiry is propagated with the change.
 
+use std::cell::Cell;
 use std::ffi::CStr;
 
 use redis_module::{Context, ContextFlags};
@@ -140,6 +142,49 @@ pub(crate) fn replicate_expiry(ctx: &Context, name: Arg, lag: Millis, expiry: Op
     }
 }
 
+thread_local! {
+    /// Set while an `RL.APPLY` of several changes applies them one by one: whether one of
+    /// them changed its key. That command is then propagated once, as it came, at its end.
+    static APPLYING_SEVERAL: Cell<Option<bool>> = const { Cell::new(None) };
+}
+
+/// Propagates the `RL.APPLY` being applied as it came (to this server's own replicas and
+/// AOF), once even when it carries several changes.
+pub(crate) fn replicate_applied(ctx: &Context) {
+    let batched = APPLYING_SEVERAL.with(|several| match several.get() {
+        Some(_) => {
+            several.set(Some(true));
+            true
+        }
+        None => false,
+    });
+    if !batched {
+        ctx.replicate_verbatim();
+    }
+}
+
+/// Marks an `RL.APPLY` of several changes for [`replicate_applied`] while it lives, and
+/// unmarks it however the command ends.
+struct ApplyingSeveral;
+
+impl ApplyingSeveral {
+    fn start() -> ApplyingSeveral {
+        APPLYING_SEVERAL.with(|several| several.set(Some(false)));
+        ApplyingSeveral
+    }
+
+    /// Whether one of the changes changed its key.
+    fn changed(&self) -> bool {
+        APPLYING_SEVERAL.with(|several| several.get() == Some(true))
+    }
+}
+
+impl Drop for ApplyingSeveral {
+    fn drop(&mut self) {
+        APPLYING_SEVERAL.with(|several| several.set(None));
+    }
+}
+
 /// What a call decides on: the parameters and the shared options.
 struct Call<'a, P: ?Sized> {
     kind: Kind,
@@ -167,9 +212,7 @@ fn propagate(
     effect: impl FnOnce(&mut Compact),
 ) {
     match mode {
-        Mode::Apply => {
-            ctx.replicate_verbatim();
-        }
+        Mode::Apply => replicate_applied(ctx),
         Mode::Decide => {
             let mut compact = Compact::new(command);
             effect(&mut compact);
@@ -496,10 +539,35 @@ fn charge_as<A: AsBytes>(ctx: &Context, name: Arg, args: &[A], mode: Mode) -> Re
 
 /// `RL.APPLY key effect`: records the effect of a decision taken by a primary (or read from
 /// the AOF) as it was taken, without deciding again. See [`crate::effect`].
+/// `RL.APPLY key effect [key effect ...]`: one change answers as the command it applies;
+/// several (what `RL.ALL` propagates) are applied in order and answer OK, or the first error.
 pub fn apply(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
-    let [_, key, effect] = args else {
-        return Err(Error::Arity);
-    };
+    match args {
+        [_, key, effect] => apply_one(ctx, *key, effect),
+        [_, changes @ ..] if !changes.is_empty() && changes.len() % 2 == 0 => {
+            let several = ApplyingSeveral::start();
+            let mut result = Ok(Reply::Ok);
+            for change in changes.chunks_exact(2) {
+                if let [key, effect] = change {
+                    if let Err(e) = apply_one(ctx, *key, effect) {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+            // As it came, once: the changes that failed here fail the same way downstream.
+            if several.changed() {
+                drop(several);
+                ctx.replicate_verbatim();
+            }
+            result
+        }
+        _ => Err(Error::Arity),
+    }
+}
+
+fn apply_one(ctx: &Context, key: Arg, effect: &Arg) -> Result<Reply, Error> {
+    let key = &key;
     let expanded;
     let effect = match effect.as_bytes() {
         compact @ [effect::COMPACT, ..] => {

@@ -190,9 +190,7 @@ fn effect(command: &str, words: &[Word]) -> Vec<u8> {
 /// Propagates a change: the effect for a decision, the `RL.APPLY` as it came otherwise.
 fn propagate(ctx: &Context, name: Arg, mode: Mode, effect: impl FnOnce() -> Vec<u8>) {
     match mode {
-        Mode::Apply => {
-            ctx.replicate_verbatim();
-        }
+        Mode::Apply => commands::replicate_applied(ctx),
         Mode::Decide => api::replicate_effect(ctx, name, &effect()),
     }
 }
@@ -267,20 +265,8 @@ fn acquire_on(
     Ok(Answer { decision, id })
 }
 
-/// Propagates a lease granted (or renewed) by `RL.ALL` at `at`, as `RL.ACQUIRE`'s own effect.
-pub(crate) fn propagate_grant(
-    ctx: &Context,
-    name: Arg,
-    p: &Params,
-    cost: u64,
-    id: &[u8],
-    at: Millis,
-) {
-    propagate(ctx, name, Mode::Decide, || grant_effect(p, cost, id, at));
-}
-
 /// `RL.ACQUIRE limit lease_ms ID <hex> [COST n] NOW at`.
-fn grant_effect(p: &Params, cost: u64, id: &[u8], at: Millis) -> Vec<u8> {
+pub(crate) fn grant_effect(p: &Params, cost: u64, id: &[u8], at: Millis) -> Vec<u8> {
     let mut words = vec![
         Word::Num(p.limit),
         Word::Num(p.lease_ms),

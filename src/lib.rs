@@ -191,11 +191,18 @@ static COMMANDS: [Info; 13] = [
     },
     Info {
         name: "RL.APPLY",
-        summary: "Records the effect of a decision taken elsewhere (what replicas and the AOF receive): the deciding command's words after its key, with COST and NOW, as one argument",
-        complexity: "As the command it applies",
-        arity: 3,
+        summary: "Records the effects of a decision taken elsewhere (what replicas and the AOF receive): for each key, the deciding command's words after its key, with COST and NOW, as one argument",
+        complexity: "As the commands it applies",
+        arity: -3,
         read_only: false,
-        args: &[KEY, arg("effect", ArgKind::String)],
+        args: &[Arg {
+            name: "change",
+            kind: ArgKind::Block,
+            token: None,
+            optional: false,
+            multiple: true,
+            sub: &[KEY, arg("effect", ArgKind::String)],
+        }],
     },
     Info {
         name: "RL.RESTORE",
@@ -381,7 +388,7 @@ type Registration = (
 const WRITE: &CStr = c"write deny-oom";
 const WRITE_FAST: &CStr = c"write deny-oom fast";
 
-static REGISTRY: [Registration; 13] = [
+static REGISTRY: [Registration; 12] = [
     // Binary searches over the log and an O(1) move of its head past the records that left
     // (merged per millisecond): O(log N), like ZADD. The only linear steps are amortised:
     // giving memory back once a burst has left, a bounded amount per call.
@@ -402,8 +409,6 @@ static REGISTRY: [Registration; 13] = [
     (c"RL.CHARGE", Some(rl_charge), WRITE, "write slow"),
     // Decodes a whole value: O(N).
     (c"RL.RESTORE", Some(rl_restore), WRITE, "write slow"),
-    // Applies one effect: as the command it names (RL.SLIDE at most O(log N)).
-    (c"RL.APPLY", Some(rl_apply), WRITE, "write slow"),
     // Sums over the end order's chunks (N/128 of them) besides O(log N) steps: bounded,
     // not O(log N). RL.ACQUIRE may block (BLOCK), as BLPOP does.
     (
@@ -424,6 +429,10 @@ const ALL_REGISTRATION: Registration = (
     c"write deny-oom getkeys-api",
     "write slow",
 );
+
+/// `RL.APPLY key effect [key effect ...]`: applies each effect as the command it names
+/// (RL.SLIDE at most O(log N) each); keys at every other argument from the first.
+const APPLY_REGISTRATION: Registration = (c"RL.APPLY", Some(rl_apply), WRITE, "write slow");
 
 /// The module's own ACL category, `@ratelimit`, holding every RL.* command.
 const OWN_CATEGORY: &CStr = c"ratelimit";
@@ -451,12 +460,16 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
             }
         }
     }
-    let (name, func, flags, categories) = ALL_REGISTRATION;
-    match api::create_command_at(ctx, name, func, flags, categories, own, (0, 0, 0)) {
-        Some(acl) => least = least.max(acl),
-        None => {
-            ctx.log_warning(&format!("ratelimit: could not register {name:?}"));
-            return Status::Err;
+    for ((name, func, flags, categories), keys) in [
+        (ALL_REGISTRATION, (0, 0, 0)),
+        (APPLY_REGISTRATION, (1, -1, 2)),
+    ] {
+        match api::create_command_at(ctx, name, func, flags, categories, own, keys) {
+            Some(acl) => least = least.max(acl),
+            None => {
+                ctx.log_warning(&format!("ratelimit: could not register {name:?}"));
+                return Status::Err;
+            }
         }
     }
     ctx.log_notice(match (least, own) {
@@ -473,7 +486,11 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         }
     });
     for info in &COMMANDS {
-        cmdinfo::set(ctx, info);
+        let keys = match info.name {
+            "RL.APPLY" => cmdinfo::Keys::Pairs,
+            _ => cmdinfo::Keys::First,
+        };
+        cmdinfo::set_with_keys(ctx, info, keys);
     }
     cmdinfo::set_with_keys(ctx, &ALL_INFO, cmdinfo::Keys::Counted);
     lease::init(ctx);

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use common::{
-    aof_commands, dataset_digest, digest, err, int, rl, run, server, unix_ms, wait_until, Server,
+    aof_commands, aof_raw_commands, dataset_digest, digest, err, int, rl, run, server, unix_ms,
+    wait_until, Server,
 };
 use redis::{Connection, Value};
 use rstest::rstest;
@@ -148,31 +149,31 @@ fn bad_input(#[case] words: &[&str], #[case] want: &str) {
 }
 
 #[rstest]
-fn survives_restart_and_reaches_the_aof_in_one_multi() {
+fn survives_restart_and_reaches_the_aof_in_one_apply() {
     let mut server = Server::start(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mut c = server.conn();
     let t = unix_ms();
     let line = format!("RL.ALL 2 {{o}}:a {{o}}:b TOKEN 100 60000 FIXED 5 60000 COST 2 NOW {t}");
     all(&mut c, &line);
     let digests = (digest(&mut c, "{o}:a"), digest(&mut c, "{o}:b"));
-    // The two effects, as the single-key commands write them, inside one MULTI/EXEC.
+    // The two effects, as the single-key commands write them, in one RL.APPLY (no MULTI).
     let mut commands = Vec::new();
     wait_until("the AOF to hold the call", 10, || {
-        commands = aof_commands(&server)
+        commands = aof_raw_commands(&server)
             .into_iter()
-            .map(|words| words.join(" "))
+            .filter(|words| words[0] != "SELECT")
             .collect::<Vec<_>>();
-        commands.iter().any(|c| c.contains("RL.FIXED"))
+        commands.iter().any(|c| c[0] == "RL.APPLY")
     });
-    let at = |what: &str| commands.iter().position(|c| c == what);
-    let multi = at("MULTI").expect("MULTI");
-    let a = at(&format!("RL.TOKEN {{o}}:a 100 60000 NOW {t}")).expect("the token effect");
-    let b = at(&format!("RL.FIXED {{o}}:b 5 60000 COST 2 NOW {t}")).expect("the fixed effect");
-    let exec = at("EXEC").expect("EXEC");
-    assert!(multi < a && a < b && b < exec, "{commands:?}");
-    assert!(
-        !commands.iter().any(|c| c.contains("RL.ALL")),
-        "{commands:?}"
+    assert_eq!(
+        commands,
+        [[
+            "RL.APPLY".to_string(),
+            "{o}:a".into(),
+            format!("RL.TOKEN 100 60000 NOW {t}"),
+            "{o}:b".into(),
+            format!("RL.FIXED 5 60000 COST 2 NOW {t}"),
+        ]]
     );
     server.crash_and_restart();
     let mut c = server.conn();
@@ -332,7 +333,7 @@ fn all_with_leases(c: &mut Connection, line: &str) -> Vec<Entry> {
 /// The layered-limits recipe's rate plus concurrency: three requests a minute and two jobs at
 /// once for a user, decided together; the lease's id comes back in its limiter's entry (six
 /// fields, as RL.ACQUIRE answers), the grant replicates and reaches the AOF as RL.ACQUIRE's
-/// own effect, inside the call's MULTI.
+/// own effect, in the call's one RL.APPLY.
 #[rstest]
 fn rate_and_concurrency_layers() {
     let primary = Server::start(&["--appendonly", "yes"]);
@@ -397,16 +398,76 @@ fn rate_and_concurrency_layers() {
     let at = |what: &str| commands.iter().position(|c| c.contains(what));
     let first = at(&format!("{{u}}:jobs 2 30000 ID 61 NOW {t}")).expect("the grant");
     let slide = at(&format!("RL.SLIDE {{u}}:rpm 3 60000 NOW {t}")).expect("the request");
-    // Redis 7.2 and later write the SELECT inside the MULTI.
-    assert_eq!(
-        commands[..first.min(slide)]
-            .iter()
-            .rfind(|c| !c.starts_with("SELECT"))
-            .map(String::as_str),
-        Some("MULTI")
-    );
+    // Both changes of the call in one RL.APPLY: side by side once split, and no MULTI.
+    assert_eq!(slide + 1, first, "{commands:?}");
+    assert!(!commands.iter().any(|c| c == "MULTI"), "{commands:?}");
     assert!(
         !commands.iter().any(|c| c.contains("RL.ALL")),
         "{commands:?}"
     );
+}
+
+/// The changes of one call travel as one `RL.APPLY key effect [key effect ...]`: a replica
+/// applies them all and passes the command on once, so a replica of that replica holds the
+/// same limiters (a sliding log recorded twice would differ).
+#[rstest]
+fn one_apply_reaches_a_chain_of_replicas_once() {
+    let primary = Server::start(&[]);
+    let replica = primary.replica();
+    let chained = replica.replica();
+    let (mut p, mut r, mut s) = (primary.conn(), replica.conn(), chained.conn());
+    for i in 0..50u64 {
+        let line = format!(
+            "RL.ALL 3 {{c}}:a{} {{c}}:b {{c}}:t SLIDE 100 60000 FIXED 400 60000 TOKEN 1000 1000 COST {}",
+            i % 3,
+            1 + i % 2
+        );
+        all(&mut p, &line);
+    }
+    // Six keys: more changes than are passed as buffers.
+    all(
+        &mut p,
+        "RL.ALL 6 {c}:a0 {c}:a1 {c}:a2 {c}:b {c}:t {c}:f SLIDE 100 60000 SLIDE 100 60000 \
+         SLIDE 100 60000 FIXED 400 60000 TOKEN 1000 1000 FIXED 9 1000 COST 2",
+    );
+    let digests = |c: &mut Connection| {
+        ["{c}:a0", "{c}:a1", "{c}:a2", "{c}:b", "{c}:t", "{c}:f"].map(|k| digest(c, k))
+    };
+    let want = digests(&mut p);
+    wait_until("the chained replica to catch up", 10, || {
+        digests(&mut r) == want && digests(&mut s) == want
+    });
+    // 51 requests on {c}:b (each COST is its own spec's).
+    assert_eq!(rl(&mut s, "RL.PEEK {c}:b")[2], 400 - 51);
+}
+
+/// RL.APPLY by hand: several changes answer OK; a count of words that does not pair keys with
+/// effects is an arity error; the changes before a bad one stay applied; the keys are every
+/// other word.
+#[rstest]
+fn apply_takes_several_changes() {
+    let server = Server::start(&[]);
+    let mut c = server.conn();
+    let t = unix_ms();
+    let (a, b) = (
+        format!("RL.FIXED 5 60000 NOW {t}"),
+        format!("RL.TOKEN 10 60000 COST 3 NOW {t}"),
+    );
+    assert_eq!(
+        run(&mut c, &["RL.APPLY", "x", &a, "y", &b]).unwrap(),
+        Value::Okay
+    );
+    assert_eq!(rl(&mut c, &format!("RL.PEEK x NOW {t}"))[2], 4);
+    assert_eq!(rl(&mut c, &format!("RL.PEEK y NOW {t}"))[2], 7);
+    let e = err(&mut c, &["RL.APPLY", "x", &a, "y"]);
+    assert!(e.contains("wrong number of arguments"), "{e}");
+    let e = err(&mut c, &["RL.APPLY", "z", &a, "y", "RL.NOPE 1"]);
+    assert!(e.contains("RL.APPLY effect"), "{e}");
+    assert_eq!(rl(&mut c, &format!("RL.PEEK z NOW {t}"))[2], 4);
+    let keys: Vec<String> = redis::cmd("COMMAND")
+        .arg("GETKEYS")
+        .arg(&["RL.APPLY", "x", &a, "y", &b][..])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(keys, ["x", "y"]);
 }

@@ -4,15 +4,17 @@
 //!
 //! Each changed key gets exactly what its own command would have given it: the value, its
 //! expiry ([`settle`]), its keyspace event, and its effect propagated as `RL.APPLY key
-//! effect` with the decision time. Redis wraps the several propagated commands of one
-//! command in MULTI/EXEC, so replicas and the AOF apply the whole decision or none of it.
+//! effect` with the decision time. The changes of one call propagate as one command,
+//! `RL.APPLY key effect [key effect ...]`, so replicas and the AOF apply the whole decision
+//! or none of it.
 
 use redis_module::Context;
 use smallvec::SmallVec;
 
-use super::{clock, propagate, replicate_expiry, settle, Mode};
+use super::{clock, replicate_expiry, settle, Mode};
+use crate::algo::Millis;
 use crate::all::{self, Outcomes, Target};
-use crate::api::{AllReply, Arg};
+use crate::api::{self, AllReply, Arg};
 use crate::args::{self, AsBytes, Spec, SpecParams, Specs, ALL_INLINE_KEYS};
 use crate::effect::Compact;
 use crate::error::Error;
@@ -52,6 +54,10 @@ pub fn all(ctx: &Context, args: &[Arg]) -> Result<AllReply, Error> {
             Target::Held(_) => None,
         });
     }
+    // The changed keys' effects, one after the other in `bytes`, propagated together at the
+    // end as one `RL.APPLY key effect [key effect ...]`, then any expiry of a lagging NOW.
+    let mut bytes: SmallVec<[u8; 32 * ALL_INLINE_KEYS]> = SmallVec::new();
+    let mut changes: SmallVec<[(Arg, usize, Option<Millis>); ALL_INLINE_KEYS]> = SmallVec::new();
     for (i, outcome) in each.iter().enumerate() {
         if !outcome.changed {
             continue;
@@ -65,15 +71,40 @@ pub fn all(ctx: &Context, args: &[Arg]) -> Result<AllReply, Error> {
         let (at, empty_at) = (outcome.latest, outcome.empty_at);
         let kind = spec.kind();
         let expiry = settle(key, kind.event(), empty_at, clock.lag, outcome.before);
+        let start = bytes.len();
         match (&spec.params, outcome.id.as_deref()) {
             // A lease replicates as RL.ACQUIRE's own effect, with the id granted.
             (SpecParams::Acquire(p), Some(id)) => {
-                crate::lease::propagate_grant(ctx, name, p, spec.cost, id, at);
+                bytes.extend_from_slice(&crate::lease::grant_effect(p, spec.cost, id, at));
             }
-            _ => propagate(ctx, name, Mode::Decide, kind.command(), |line| {
-                effect(line, spec, at);
-            }),
+            _ => {
+                let mut line = Compact::new(kind.command());
+                effect(&mut line, spec, at);
+                match line.as_bytes() {
+                    Some(written) => bytes.extend_from_slice(written),
+                    // Not reached: the specs hold only canonical numbers and keywords.
+                    None => {
+                        ctx.log_warning(
+                            "ratelimit: an effect could not be written; not propagated",
+                        );
+                        continue;
+                    }
+                }
+            }
         }
+        changes.push((name, bytes.len() - start, expiry));
+    }
+    let mut pairs: SmallVec<[(Arg, &[u8]); ALL_INLINE_KEYS]> = SmallVec::new();
+    let mut rest = bytes.as_slice();
+    for &(name, len, _) in &changes {
+        let (effect, after) = rest.split_at(len.min(rest.len()));
+        pairs.push((name, effect));
+        rest = after;
+    }
+    if !pairs.is_empty() {
+        api::replicate_effects(ctx, &pairs);
+    }
+    for &(name, _, expiry) in &changes {
         replicate_expiry(ctx, name, clock.lag, expiry);
     }
     let mut reply = AllReply {

@@ -410,9 +410,10 @@ pub fn effect_text(effect: &[u8]) -> String {
     words.join(" ")
 }
 
-/// Every command in the incremental files of a Redis 7 multi-part AOF, in order, as words.
+/// The commands of the server's incremental AOF files, in order, as they are written there
+/// (`RL.APPLY` and all).
 #[allow(dead_code)]
-pub fn aof_commands(server: &Server) -> Vec<Vec<String>> {
+pub fn aof_raw_commands(server: &Server) -> Vec<Vec<String>> {
     let dir = server.path("appendonlydir");
     let manifest = std::fs::read_to_string(dir.join("appendonly.aof.manifest")).expect("manifest");
     let mut commands = Vec::new();
@@ -425,22 +426,39 @@ pub fn aof_commands(server: &Server) -> Vec<Vec<String>> {
         };
         if let (Some(file), Some("i")) = (field("file"), field("type")) {
             let bytes = std::fs::read(dir.join(file)).expect("an incremental AOF file");
-            commands.extend(parse_resp_commands(&bytes).into_iter().map(unapply));
+            commands.extend(parse_resp_commands(&bytes));
         }
     }
     commands
 }
 
+/// [`aof_raw_commands`] with each change of an `RL.APPLY` as the command line it stands for
+/// (see [`unapply`]).
+#[allow(dead_code)]
+pub fn aof_commands(server: &Server) -> Vec<Vec<String>> {
+    aof_raw_commands(server)
+        .into_iter()
+        .flat_map(unapply)
+        .collect()
+}
+
 /// `RL.APPLY key "RL.X p1 p2 ... COST n NOW t"` (how a decision is propagated) as the command
-/// line it stands for, `RL.X key p1 p2 ... COST n NOW t`; other commands unchanged.
-pub fn unapply(words: Vec<String>) -> Vec<String> {
-    match words.as_slice() {
-        [apply, key, effect] if apply == "RL.APPLY" => {
-            let mut effect = effect.split(' ').map(str::to_owned);
-            let command = effect.next().expect("an effect names its command");
-            [command, key.clone()].into_iter().chain(effect).collect()
-        }
-        _ => words,
+/// line it stands for, `RL.X key p1 p2 ... COST n NOW t`; `RL.APPLY` of several changes (what
+/// `RL.ALL` propagates) as one such line per change, in order; other commands unchanged.
+pub fn unapply(words: Vec<String>) -> Vec<Vec<String>> {
+    match words.split_first() {
+        Some((apply, changes)) if apply == "RL.APPLY" && changes.len() % 2 == 0 => changes
+            .chunks_exact(2)
+            .map(|change| {
+                let mut effect = change[1].split(' ').map(str::to_owned);
+                let command = effect.next().expect("an effect names its command");
+                [command, change[0].clone()]
+                    .into_iter()
+                    .chain(effect)
+                    .collect()
+            })
+            .collect(),
+        _ => vec![words],
     }
 }
 

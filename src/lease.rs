@@ -20,6 +20,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{LazyLock, Mutex};
 
 use redis_module::{raw, Context, ContextFlags};
+use smallvec::SmallVec;
 
 use crate::algo::lease::{self, Leases, Params, MAX_LEASES};
 use crate::algo::{Decision, Millis, Wait, MAX_TIMESTAMP};
@@ -174,17 +175,42 @@ enum Word<'a> {
     Id(&'a [u8]),
 }
 
+/// The effect's words, sized once (numbers take at most 20 digits, an id twice its bytes).
 fn effect(command: &str, words: &[Word]) -> Vec<u8> {
-    let mut out = command.as_bytes().to_vec();
+    let size = words.iter().fold(command.len(), |n, w| {
+        n + 1
+            + match w {
+                Word::Num(_) => 20,
+                Word::Text(t) => t.len(),
+                Word::Id(id) => 2 * id.len(),
+            }
+    });
+    let mut out = Vec::with_capacity(size);
+    out.extend_from_slice(command.as_bytes());
     for w in words {
         out.push(b' ');
         match w {
-            Word::Num(n) => out.extend_from_slice(n.to_string().as_bytes()),
+            Word::Num(n) => push_decimal(&mut out, *n),
             Word::Text(t) => out.extend_from_slice(t.as_bytes()),
             Word::Id(id) => push_hex(&mut out, id),
         }
     }
     out
+}
+
+/// Appends `n` in decimal, without an allocation of its own.
+fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    for slot in digits.iter_mut().rev() {
+        *slot = b'0' + (n % 10) as u8;
+        start -= 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(digits.get(start..).unwrap_or_default());
 }
 
 /// Propagates a change: the effect for a decision, the `RL.APPLY` as it came otherwise.
@@ -267,7 +293,7 @@ fn acquire_on(
 
 /// `RL.ACQUIRE limit lease_ms ID <hex> [COST n] NOW at`.
 pub(crate) fn grant_effect(p: &Params, cost: u64, id: &[u8], at: Millis) -> Vec<u8> {
-    let mut words = vec![
+    let mut words: SmallVec<[Word; 8]> = smallvec::smallvec![
         Word::Num(p.limit),
         Word::Num(p.lease_ms),
         Word::Text("ID"),
@@ -383,7 +409,7 @@ fn change<A: AsBytes>(
     // May delete the key: nothing may read the leases afterwards.
     let expiry = commands::settle(&key, event, empty_at, clock.lag, before);
     propagate(ctx, name, mode, || {
-        let mut words = vec![Word::Id(&req.id)];
+        let mut words: SmallVec<[Word; 4]> = smallvec::smallvec![Word::Id(&req.id)];
         if extend {
             words.push(Word::Num(req.lease_ms));
         }

@@ -226,6 +226,8 @@ fn limit<L: Limit>(
         return Ok(Reply::Decision(decision));
     }
     let (at, empty_at) = (limiter.latest(), limiter.empty_at());
+    // The key's own limiter goes back to it before the key changes further.
+    drop(held);
     if let Some(limiter) = created {
         key.set(wrap(limiter))?;
     }
@@ -289,7 +291,7 @@ fn token_as<A: AsBytes>(ctx: &Context, key: Arg, args: &[A], mode: Mode) -> Resu
     let resolved = [("BURST", p.burst, args::token_burst_default(p.limit))];
     let shape = (
         Kind::Token,
-        (|g| Limiter::Token(Box::new(g))) as fn(Gcra) -> Limiter,
+        Limiter::Token as fn(Gcra) -> Limiter,
         Limiter::token_mut as _,
     );
     bucket(ctx, key, mode, req, &resolved, shape)
@@ -312,7 +314,7 @@ fn leaky_as<A: AsBytes>(ctx: &Context, key: Arg, args: &[A], mode: Mode) -> Resu
     ];
     let shape = (
         Kind::Leaky,
-        (|g| Limiter::Leaky(Box::new(g))) as fn(Gcra) -> Limiter,
+        Limiter::Leaky as fn(Gcra) -> Limiter,
         Limiter::leaky_mut as _,
     );
     bucket(ctx, key, mode, req, &resolved, shape)
@@ -341,7 +343,7 @@ fn fixed_as<A: AsBytes>(ctx: &Context, key: Arg, args: &[A], mode: Mode) -> Resu
         key,
         call,
         fresh,
-        |w| Limiter::Fixed(Box::new(w)),
+        Limiter::Fixed,
         Limiter::fixed_mut,
     )
 }
@@ -400,7 +402,8 @@ pub fn peek(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
     let opts = args::peek(args)?;
     let clock = clock(ctx, opts.now, Mode::Decide)?;
     let mut key = Key::open(ctx, key_arg(args)?, false);
-    Ok(match key.limiter()? {
+    let held = key.limiter()?;
+    let reply = match held {
         Some(limiter) if opts.cost > 0 => {
             // What the limiter command would answer for COST n, its reset included.
             let behind = limiter.latest().saturating_sub(clock.caller);
@@ -413,7 +416,8 @@ pub fn peek(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
             Reply::Decision(decision.resetting_at(limiter.empty_at(), clock.caller))
         }
         None => Reply::Nil,
-    })
+    };
+    Ok(reply)
 }
 
 pub fn refund(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
@@ -442,7 +446,8 @@ fn refund_as<A: AsBytes>(ctx: &Context, name: Arg, args: &[A], mode: Mode) -> Re
         .seen_from_behind(behind);
     let (at, empty_at) = (limiter.latest(), limiter.empty_at());
     let decision = decision.resetting_at(empty_at, clock.caller);
-    // May delete the key, freeing `limiter`: nothing may read it afterwards.
+    // Back to the key, which `settle` may delete.
+    drop(limiter);
     let expiry = settle(&key, c"rl.refund", empty_at, clock.lag, before);
     propagate(ctx, name, mode, "RL.REFUND", |line| {
         line.option("COST", opts.cost);
@@ -481,6 +486,7 @@ fn charge_as<A: AsBytes>(ctx: &Context, name: Arg, args: &[A], mode: Mode) -> Re
     }
     let (at, empty_at) = (limiter.latest(), limiter.empty_at());
     let decision = decision.resetting_at(empty_at, clock.caller);
+    drop(limiter);
     // Never deletes the key: it holds the units just recorded.
     let expiry = settle(&key, c"rl.charge", empty_at, clock.lag, before);
     propagate(ctx, name, mode, "RL.CHARGE", |line| {

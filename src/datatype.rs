@@ -9,7 +9,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use redis_module::{logging, native_types::RedisType, raw};
 
 use crate::args::AsBytes;
-use crate::value::{self, Held, Kind, Limiter};
+use crate::value::{self, Kind, Lent, Limiter};
 
 /// The encoding version Redis stores in RDB files next to each value. Version 1 is a single
 /// string holding [`Limiter::encode`]'s bytes.
@@ -53,8 +53,8 @@ fn guard<T>(what: &str, fallback: T, f: impl FnOnce() -> T) -> T {
 
 /// # Safety
 /// `value` must be a key's value, made by `value::into_raw`, that Redis lends the callback.
-unsafe fn limiter<'a>(value: *const c_void) -> Option<Held<'a>> {
-    value::borrow_raw(value.cast_mut())
+unsafe fn limiter<'a>(value: *const c_void) -> Option<Lent<'a>> {
+    value::lend_raw(value.cast_mut())
 }
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
@@ -174,8 +174,10 @@ unsafe extern "C" fn copy(
     _to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
-    guard("copy", std::ptr::null_mut(), || match limiter(value) {
-        Some(l) => value::into_raw(Limiter::clone(&l)),
-        None => std::ptr::null_mut(),
+    guard("copy", std::ptr::null_mut(), || {
+        if value.is_null() {
+            return std::ptr::null_mut();
+        }
+        value::copy_raw(value.cast_mut())
     })
 }

@@ -74,6 +74,7 @@ use crate::algo::slide::SlidingLog;
 use crate::algo::subwin::{self, SubWindow};
 use crate::algo::{Decision, Limit, Millis, Window};
 use crate::codec::{put_varint, Malformed, Reader};
+use crate::intern;
 
 /// The encoding version this build writes (for kinds 1 to 5; leases: version 1, see the
 /// module docs). Older versions stay readable.
@@ -144,9 +145,9 @@ impl Kind {
 #[derive(Clone, Debug)]
 pub enum Limiter {
     Slide(Box<SlidingLog>),
-    Token(Box<Gcra>),
-    Leaky(Box<Gcra>),
-    Fixed(Box<FixedWindow>),
+    Token(Gcra),
+    Leaky(Gcra),
+    Fixed(FixedWindow),
     Subwin(SubWindow),
     Lease(Box<Leases>),
 }
@@ -172,21 +173,21 @@ impl Limiter {
 
     pub fn token_mut(&mut self) -> Option<&mut Gcra> {
         match self {
-            Limiter::Token(g) => Some(g.as_mut()),
+            Limiter::Token(g) => Some(g),
             _ => None,
         }
     }
 
     pub fn leaky_mut(&mut self) -> Option<&mut Gcra> {
         match self {
-            Limiter::Leaky(g) => Some(g.as_mut()),
+            Limiter::Leaky(g) => Some(g),
             _ => None,
         }
     }
 
     pub fn fixed_mut(&mut self) -> Option<&mut FixedWindow> {
         match self {
-            Limiter::Fixed(w) => Some(w.as_mut()),
+            Limiter::Fixed(w) => Some(w),
             _ => None,
         }
     }
@@ -546,9 +547,9 @@ impl Limiter {
                 }
                 let g = Gcra::from_parts(p, latest, debt).map_err(|e| Malformed(e.0))?;
                 if tag == 2 {
-                    Limiter::Token(Box::new(g))
+                    Limiter::Token(g)
                 } else {
-                    Limiter::Leaky(Box::new(g))
+                    Limiter::Leaky(g)
                 }
             }
             4 => {
@@ -568,7 +569,7 @@ impl Limiter {
                 };
                 let w =
                     FixedWindow::from_parts(p, latest, end, count).map_err(|e| Malformed(e.0))?;
-                Limiter::Fixed(Box::new(w))
+                Limiter::Fixed(w)
             }
             5 => {
                 let latest = r.varint()?;
@@ -660,32 +661,166 @@ fn unzigzag(z: u64, latest: Millis) -> Result<Millis, Malformed> {
 const VALUE_OBJECT: usize = 32;
 
 /// How a key's module value says which kind it holds: one allocation per key, the kind in
-/// the pointer's low bits. Bit 0 set: a sub-interval window's block of words (4-byte
-/// aligned, so only bit 0 is free). Bit 0 clear: the kind's own box (8-byte aligned), the
-/// kind in bits 1 and 2.
+/// the pointer's low bits. Bits 0 to 2 all set: a bucket's or fixed window's compact form
+/// ([`Packed`], 8-byte aligned), its kind in its parameter set. Otherwise, bit 0 set: a
+/// sub-interval window's block of words (4-byte aligned, so only bit 0 is free). Bit 0
+/// clear: the kind's own box (8-byte aligned), the kind in bits 1 and 2.
 const SUBWIN_BLOCK: usize = 1;
 const FIXED_BOX: usize = 0;
 const SLIDE_BOX: usize = 2;
 const TOKEN_BOX: usize = 4;
 const LEAKY_BOX: usize = 6;
 const BOX_TAGS: usize = 6;
-/// Bits 0 and 1 both set: a lease semaphore's box (8-byte aligned). A sub-interval block is
-/// 4-byte aligned, so its tagged pointer never has bit 1 set.
+/// Bits 0 and 1 set, bit 2 clear: a lease semaphore's box (8-byte aligned). A sub-interval
+/// block is 4-byte aligned, so its tagged pointer never has bit 1 set.
 const LEASE_BOX: usize = 3;
-const LEASE_TAGS: usize = 3;
+/// Bits 0 to 2 set: a [`Packed`] state.
+const COMPACT: usize = 7;
+const TAGS: usize = 7;
 
-// Boxes keep bits 1 and 2 free.
+// Boxes keep bits 0 to 2 free.
 const _: () = assert!(
     std::mem::align_of::<Leases>() >= 8
         && std::mem::align_of::<SlidingLog>() >= 8
         && std::mem::align_of::<Gcra>() >= 8
         && std::mem::align_of::<FixedWindow>() >= 8
+        && std::mem::align_of::<Packed>() >= 8
 );
 
+/// A bucket (kinds 2 and 3) or a fixed window (kind 4) in 16 bytes, its parameters interned
+/// in [`intern::TABLE`] (keys with the same parameters share them): `head` is `latest << 16
+/// | slot`; `tail` is a bucket's debt, or a window's `count << 32 | ahead` (see
+/// [`ahead32`]). A state that does not fit (a timestamp from 2^48 ms on, a window that ended
+/// long before its latest call) or whose parameters find no free slot is kept in its
+/// kind's own box instead, the wide form; the two answer, encode and digest alike.
+#[repr(C)]
+struct Packed {
+    head: u64,
+    tail: u64,
+}
+
+/// Bits of [`Packed::head`] below `latest`: the slot.
+const SLOT_BITS: u32 = 16;
+const LOW32: u64 = u32::MAX as u64;
+
+/// A fixed window's end as 32 bits relative to its latest call: `end - latest` when the
+/// window ends then or later (at most [`fixed::MAX_WINDOW_MS`]: a window never ends further
+/// ahead), `MAX_WINDOW_MS + (latest - end)` when it ended before; `None` when that is past
+/// 2^32 (a window that ended some 18 days before its latest call).
+fn ahead32(end: Millis, latest: Millis) -> Option<u64> {
+    let v = if end >= latest {
+        Some(end - latest).filter(|&d| d <= fixed::MAX_WINDOW_MS)
+    } else {
+        fixed::MAX_WINDOW_MS.checked_add(latest - end)
+    };
+    v.filter(|&v| v <= LOW32)
+}
+
+/// The end [`ahead32`] made of `v`.
+fn end_of(v: u64, latest: Millis) -> Millis {
+    if v <= fixed::MAX_WINDOW_MS {
+        latest + v
+    } else {
+        latest.saturating_sub(v - fixed::MAX_WINDOW_MS)
+    }
+}
+
+/// A bucket's parameter set: limit, window, burst and delay (each below 2^32).
+fn gcra_set(kind: Kind, g: &Gcra) -> intern::Set {
+    let p = g.params();
+    intern::Set {
+        kind: kind.tag(),
+        a: p.limit << 32 | p.window_ms,
+        b: p.burst << 32 | p.max_delay_ms,
+    }
+}
+
+/// A fixed window's parameter set: limit, the open window's length, ALIGN.
+fn fixed_set(w: &FixedWindow) -> intern::Set {
+    let p = w.params();
+    intern::Set {
+        kind: Kind::Fixed.tag(),
+        a: p.limit << 32 | p.window_ms,
+        b: u64::from(p.align),
+    }
+}
+
+/// The parameter set, `latest` and [`Packed::tail`] of a state that fits the compact form;
+/// `None` for other kinds and states that do not fit.
+fn packed_parts(limiter: &Limiter) -> Option<(intern::Set, Millis, u64)> {
+    let (set, latest, tail) = match limiter {
+        Limiter::Token(g) => (gcra_set(Kind::Token, g), g.latest(), g.debt()),
+        Limiter::Leaky(g) => (gcra_set(Kind::Leaky, g), g.latest(), g.debt()),
+        Limiter::Fixed(w) => {
+            let ahead = ahead32(w.end(), w.latest())?;
+            let tail = u64::from(w.count()) << 32 | ahead;
+            (fixed_set(w), w.latest(), tail)
+        }
+        _ => return None,
+    };
+    (latest >> (64 - SLOT_BITS) == 0).then_some((set, latest, tail))
+}
+
+/// The state a [`Packed`] holds, with its parameter set and slot.
+fn unpack(p: &Packed) -> (Limiter, intern::Set, u16) {
+    let slot = p.head as u16;
+    let latest = p.head >> SLOT_BITS;
+    let set = intern::TABLE.get(slot);
+    let limiter = match set.kind {
+        2 | 3 => {
+            let params = Params {
+                limit: set.a >> 32,
+                window_ms: set.a & LOW32,
+                burst: set.b >> 32,
+                max_delay_ms: set.b & LOW32,
+            };
+            let g = Gcra::with_state(&params, latest, p.tail);
+            if set.kind == 2 {
+                Limiter::Token(g)
+            } else {
+                Limiter::Leaky(g)
+            }
+        }
+        _ => {
+            let params = fixed::Params {
+                limit: set.a >> 32,
+                window_ms: set.a & LOW32,
+                align: set.b != 0,
+            };
+            let end = end_of(p.tail & LOW32, latest);
+            let count = (p.tail >> 32) as u32;
+            Limiter::Fixed(FixedWindow::with_state(&params, latest, end, count))
+        }
+    };
+    (limiter, set, slot)
+}
+
+/// The compact form of `limiter`, tagged, holding a reference to its parameters' slot;
+/// `None` when it does not fit or the table is full.
+fn into_compact(limiter: &Limiter) -> Option<*mut c_void> {
+    let (set, latest, tail) = packed_parts(limiter)?;
+    let slot = intern::TABLE.intern(set)?;
+    let head = latest << SLOT_BITS | u64::from(slot);
+    let packed = Box::into_raw(Box::new(Packed { head, tail }));
+    if packed.addr() & TAGS != 0 {
+        // Not reached: the allocator honours the 8-byte alignment every box here needs. Should
+        // it not, the state goes to its wide box rather than to a pointer the tag would spoil.
+        // SAFETY: just made, and used by nothing else.
+        drop(unsafe { Box::from_raw(packed) });
+        intern::TABLE.release(slot);
+        return None;
+    }
+    Some(packed.map_addr(|a| a | COMPACT).cast())
+}
+
 /// Turns a limiter into the pointer a key holds; [`from_raw`] or [`borrow_raw`] read it back.
+/// A bucket or fixed window takes its compact form when it can (see [`Packed`]).
 pub fn into_raw(limiter: Limiter) -> *mut c_void {
     fn tagged<T>(b: Box<T>, tag: usize) -> *mut c_void {
         Box::into_raw(b).map_addr(|a| a | tag).cast()
+    }
+    if let Some(raw) = into_compact(&limiter) {
+        return raw;
     }
     match limiter {
         Limiter::Subwin(w) => {
@@ -693,22 +828,110 @@ pub fn into_raw(limiter: Limiter) -> *mut c_void {
             block.map_addr(|a| a | SUBWIN_BLOCK).cast()
         }
         Limiter::Slide(log) => tagged(log, SLIDE_BOX),
-        Limiter::Token(g) => tagged(g, TOKEN_BOX),
-        Limiter::Leaky(g) => tagged(g, LEAKY_BOX),
-        Limiter::Fixed(w) => tagged(w, FIXED_BOX),
+        Limiter::Token(g) => tagged(Box::new(g), TOKEN_BOX),
+        Limiter::Leaky(g) => tagged(Box::new(g), LEAKY_BOX),
+        Limiter::Fixed(w) => tagged(Box::new(w), FIXED_BOX),
         Limiter::Lease(l) => tagged(l, LEASE_BOX),
     }
 }
 
-/// Takes back the limiter behind `raw`.
+/// A copy of the value behind `raw`, for a new key (`COPY`): a compact state shares its
+/// parameters' slot (no hashing).
+///
+/// # Safety
+/// `raw` must come from [`into_raw`] and not have been freed.
+pub unsafe fn copy_raw(raw: *mut c_void) -> *mut c_void {
+    if raw.addr() & TAGS == COMPACT {
+        // SAFETY: tagged COMPACT: a live `Packed` from `into_compact`.
+        let Packed { head, tail } = unsafe { &*raw.map_addr(|a| a & !TAGS).cast::<Packed>() };
+        let (head, tail, slot) = (*head, *tail, *head as u16);
+        if intern::TABLE.retain(slot) {
+            let copy = Box::into_raw(Box::new(Packed { head, tail }));
+            if copy.addr() & TAGS == 0 {
+                return copy.map_addr(|a| a | COMPACT).cast();
+            }
+            // Not reached (see `into_compact`).
+            // SAFETY: just made, and used by nothing else.
+            drop(unsafe { Box::from_raw(copy) });
+            intern::TABLE.release(slot);
+        }
+    }
+    // SAFETY: as the caller promises.
+    match unsafe { lend_raw(raw) } {
+        Some(l) => into_raw(Limiter::clone(&l)),
+        None => std::ptr::null_mut(),
+    }
+}
+
+/// Where a lent limiter lives, so how a change gets back to it.
+#[derive(Clone, Copy)]
+enum Home {
+    /// Its own allocation (a log, a ring, leases), changed in place.
+    InPlace,
+    /// A bucket's or fixed window's wide box, copied back.
+    Wide(*mut c_void),
+    /// A [`Packed`] state, packed back; `set` is the parameter set of `slot`, which it holds.
+    Compact {
+        packed: *mut Packed,
+        slot: u16,
+        set: intern::Set,
+    },
+}
+
+/// Reads the limiter behind `raw` without taking it: the allocation stays the key's.
+///
+/// # Safety
+/// `raw` must come from [`into_raw`] and not have been freed; the result must not be dropped
+/// (its in-place kinds still own the key's allocation).
+unsafe fn read_raw(raw: *mut c_void) -> (Limiter, Home) {
+    let untagged = raw.map_addr(|a| a & !TAGS);
+    match raw.addr() & TAGS {
+        COMPACT => {
+            let packed = untagged.cast::<Packed>();
+            // SAFETY: tagged COMPACT: a live `Packed` from `into_compact`.
+            let (limiter, set, slot) = unpack(unsafe { &*packed });
+            (limiter, Home::Compact { packed, slot, set })
+        }
+        // SAFETY (every arm): the tag says which box `into_raw` made; the copies of the wide
+        // boxes leave them as they are, and the in-place kinds are rebuilt around theirs.
+        TOKEN_BOX => unsafe {
+            let g = (*untagged.cast::<Gcra>()).clone();
+            (Limiter::Token(g), Home::Wide(untagged))
+        },
+        LEAKY_BOX => unsafe {
+            let g = (*untagged.cast::<Gcra>()).clone();
+            (Limiter::Leaky(g), Home::Wide(untagged))
+        },
+        FIXED_BOX => unsafe {
+            let w = (*untagged.cast::<FixedWindow>()).clone();
+            (Limiter::Fixed(w), Home::Wide(untagged))
+        },
+        // SAFETY: as for `from_raw`, the caller keeps the allocation with the key.
+        _ => (unsafe { from_raw(raw) }, Home::InPlace),
+    }
+}
+
+/// Takes back the limiter behind `raw`, freeing what the key held (and, for a compact state,
+/// its reference to its parameters).
 ///
 /// # Safety
 /// `raw` must come from [`into_raw`] and not have been freed; the caller owns the result, so
 /// nothing may use `raw` afterwards.
 pub unsafe fn from_raw(raw: *mut c_void) -> Limiter {
-    if raw.addr() & LEASE_TAGS == LEASE_BOX {
-        // SAFETY: bits 0 and 1 set: the box of a lease semaphore (see LEASE_BOX).
-        return Limiter::Lease(unsafe { Box::from_raw(raw.map_addr(|a| a & !LEASE_TAGS).cast()) });
+    let untagged = raw.map_addr(|a| a & !TAGS);
+    match raw.addr() & TAGS {
+        COMPACT => {
+            // SAFETY: tagged COMPACT: a `Packed` from `into_compact`, now ours.
+            let packed = unsafe { Box::from_raw(untagged.cast::<Packed>()) };
+            let (limiter, _, slot) = unpack(&packed);
+            intern::TABLE.release(slot);
+            return limiter;
+        }
+        LEASE_BOX => {
+            // SAFETY: bits 0 and 1 set, bit 2 clear: the box of a lease semaphore.
+            return Limiter::Lease(unsafe { Box::from_raw(untagged.cast()) });
+        }
+        _ => {}
     }
     if raw.addr() & SUBWIN_BLOCK != 0 {
         let block = raw.map_addr(|a| a & !SUBWIN_BLOCK).cast::<u32>();
@@ -725,43 +948,178 @@ pub unsafe fn from_raw(raw: *mut c_void) -> Limiter {
     unsafe {
         match raw.addr() & BOX_TAGS {
             SLIDE_BOX => Limiter::Slide(Box::from_raw(untagged.cast())),
-            TOKEN_BOX => Limiter::Token(Box::from_raw(untagged.cast())),
-            LEAKY_BOX => Limiter::Leaky(Box::from_raw(untagged.cast())),
-            _ => Limiter::Fixed(Box::from_raw(untagged.cast())),
+            TOKEN_BOX => Limiter::Token(*Box::from_raw(untagged.cast())),
+            LEAKY_BOX => Limiter::Leaky(*Box::from_raw(untagged.cast())),
+            _ => Limiter::Fixed(*Box::from_raw(untagged.cast())),
         }
     }
 }
 
-/// A limiter lent by the key that owns it: rebuilt around the key's allocation and never
-/// dropped (the key still owns it), so changes are made in place. It must not be replaced
-/// through this borrow (store a new value in the key instead).
-pub struct Held<'a>(ManuallyDrop<Limiter>, PhantomData<&'a mut Limiter>);
+/// A limiter lent for reading by the key that owns it (the type's callbacks: save, digest,
+/// memory usage, copy).
+pub struct Lent<'a> {
+    limiter: ManuallyDrop<Limiter>,
+    home: Home,
+    _key: PhantomData<&'a Limiter>,
+}
 
-/// Borrows the limiter behind `raw`, `None` for a null pointer.
+/// Lends the limiter behind `raw` for reading, `None` for a null pointer.
 ///
 /// # Safety
-/// `raw` must come from [`into_raw`], stay alive for `'a` and not be used otherwise while
-/// the borrow lasts.
-pub unsafe fn borrow_raw<'a>(raw: *mut c_void) -> Option<Held<'a>> {
+/// `raw` must come from [`into_raw`] and stay alive and unchanged for `'a`.
+pub unsafe fn lend_raw<'a>(raw: *mut c_void) -> Option<Lent<'a>> {
     if raw.is_null() {
         return None;
     }
-    // SAFETY: as for `from_raw`; ManuallyDrop keeps the allocation with the key.
-    let limiter = unsafe { from_raw(raw) };
-    Some(Held(ManuallyDrop::new(limiter), PhantomData))
+    // SAFETY: as for `read_raw`; ManuallyDrop keeps the allocation with the key.
+    let (limiter, home) = unsafe { read_raw(raw) };
+    Some(Lent {
+        limiter: ManuallyDrop::new(limiter),
+        home,
+        _key: PhantomData,
+    })
+}
+
+impl Lent<'_> {
+    /// [`Limiter::mem_usage`] for the form the key really holds (16 bytes for a compact
+    /// state).
+    pub fn mem_usage(&self) -> usize {
+        match self.home {
+            Home::Compact { .. } => VALUE_OBJECT + class_ceil(std::mem::size_of::<Packed>()),
+            _ => self.limiter.mem_usage(),
+        }
+    }
+}
+
+impl Deref for Lent<'_> {
+    type Target = Limiter;
+
+    fn deref(&self) -> &Limiter {
+        &self.limiter
+    }
+}
+
+/// Puts `new` (from [`into_raw`]) in place of the key's value without freeing the old one
+/// or touching the key's expiry; false when it could not.
+pub type Replace = unsafe fn(key: *mut c_void, new: *mut c_void) -> bool;
+
+/// A limiter lent by the key that owns it, for a command to change. Logs, rings and leases
+/// are rebuilt around the key's allocation and changed in place; buckets and fixed windows
+/// are copied out and, once changed (through `DerefMut`), written back when the borrow ends:
+/// packed again, under a new parameter slot when their parameters changed, or moved to
+/// their wide box (through `replace`) when they no longer fit. It must not be replaced by
+/// another kind through this borrow (store a new value in the key instead).
+pub struct Held<'a> {
+    lent: Lent<'a>,
+    raw: *mut c_void,
+    changed: bool,
+    /// The key and how to replace its value.
+    replace: Option<(*mut c_void, Replace)>,
+    _key: PhantomData<&'a mut Limiter>,
+}
+
+/// Borrows the limiter behind `raw`, `None` for a null pointer. `replace` is how to give the
+/// key another value, should a changed state no longer fit its allocation (without it, such
+/// a change is lost).
+///
+/// # Safety
+/// `raw` must come from [`into_raw`], stay alive for `'a` and not be used otherwise while
+/// the borrow lasts; `replace`'s key must be the one holding `raw`, open for writing.
+pub unsafe fn borrow_raw<'a>(
+    raw: *mut c_void,
+    replace: Option<(*mut c_void, Replace)>,
+) -> Option<Held<'a>> {
+    // SAFETY: as for `lend_raw`.
+    let lent = unsafe { lend_raw(raw) }?;
+    Some(Held {
+        lent,
+        raw,
+        changed: false,
+        replace,
+        _key: PhantomData,
+    })
+}
+
+impl Held<'_> {
+    /// As [`Lent::mem_usage`].
+    pub fn mem_usage(&self) -> usize {
+        self.lent.mem_usage()
+    }
+
+    /// Writes a changed bucket or fixed window back to the key.
+    fn write_back(&mut self) {
+        let limiter = &*self.lent.limiter;
+        match (self.lent.home, limiter) {
+            (Home::InPlace, _) => return,
+            // SAFETY: the wide box of the same kind, lent to us (see `read_raw`).
+            (Home::Wide(at), Limiter::Token(g) | Limiter::Leaky(g)) => unsafe {
+                *at.cast::<Gcra>() = g.clone();
+                return;
+            },
+            (Home::Wide(at), Limiter::Fixed(w)) => unsafe {
+                *at.cast::<FixedWindow>() = w.clone();
+                return;
+            },
+            (Home::Compact { packed, slot, set }, _) => {
+                if let Some((new_set, latest, tail)) = packed_parts(limiter) {
+                    let slot = if new_set == set {
+                        Some(slot)
+                    } else {
+                        // The parameters changed: a slot for the new ones, then the old one
+                        // given back.
+                        let new_slot = intern::TABLE.intern(new_set);
+                        if new_slot.is_some() {
+                            intern::TABLE.release(slot);
+                        }
+                        new_slot
+                    };
+                    if let Some(slot) = slot {
+                        let head = latest << SLOT_BITS | u64::from(slot);
+                        // SAFETY: the key's `Packed`, lent to us (see `read_raw`).
+                        unsafe { *packed = Packed { head, tail } };
+                        return;
+                    }
+                }
+            }
+            _ => {}
+        }
+        // It no longer fits where it is: the key gets a new value (its wide box).
+        let Some((key, replace)) = self.replace else {
+            return;
+        };
+        let new = into_raw(Limiter::clone(limiter));
+        // SAFETY: `key` holds `self.raw` (see `borrow_raw`), which is ours to free once
+        // replaced; `new` is ours to free if it was not taken.
+        unsafe {
+            if replace(key, new) {
+                drop(from_raw(self.raw));
+            } else {
+                drop(from_raw(new));
+            }
+        }
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if self.changed {
+            self.write_back();
+        }
+    }
 }
 
 impl Deref for Held<'_> {
     type Target = Limiter;
 
     fn deref(&self) -> &Limiter {
-        &self.0
+        &self.lent.limiter
     }
 }
 
 impl DerefMut for Held<'_> {
     fn deref_mut(&mut self) -> &mut Limiter {
-        &mut self.0
+        self.changed = true;
+        &mut self.lent.limiter
     }
 }
 
@@ -1138,6 +1496,15 @@ mod tests {
         }
     }
 
+    /// The tag of a key's value: which allocation it points to.
+    fn tag_of(raw: *mut c_void) -> usize {
+        match raw.addr() & TAGS {
+            COMPACT | LEASE_BOX => raw.addr() & TAGS,
+            t if t & SUBWIN_BLOCK != 0 => SUBWIN_BLOCK,
+            t => t,
+        }
+    }
+
     #[test]
     fn every_kind_is_one_allocation_the_key_points_to() {
         let p = subwin::Params {
@@ -1150,27 +1517,31 @@ mod tests {
         // SAFETY: `raw` was just made by `into_raw` and is used by nothing else.
         unsafe {
             {
-                let mut held = borrow_raw(raw).unwrap();
+                let mut held = borrow_raw(raw, None).unwrap();
                 held.subwin_mut().unwrap().acquire(1000, &p, 3);
                 // The object and module value, and the block in its size class.
                 assert_eq!(held.mem_usage(), VALUE_OBJECT + class_ceil(20 + 4 * 5));
             }
-            assert_eq!(borrow_raw(raw).unwrap().peek(1000).remaining, 7);
+            assert_eq!(borrow_raw(raw, None).unwrap().peek(1000).remaining, 7);
             assert_eq!(from_raw(raw).peek(1000).remaining, 7);
         }
         for (bytes, tag) in [
-            (FIXED_V1, FIXED_BOX),
-            (TOKEN_V1, TOKEN_BOX),
-            (LEAKY_V1, LEAKY_BOX),
+            (FIXED_V1, COMPACT),
+            (TOKEN_V1, COMPACT),
+            (LEAKY_V1, COMPACT),
             (SUBWIN_V1, SUBWIN_BLOCK),
         ] {
             let limiter = Limiter::decode(bytes).unwrap();
             let kind = limiter.kind();
             let raw = into_raw(limiter);
-            assert_eq!(raw.addr() & (BOX_TAGS | SUBWIN_BLOCK), tag, "{kind:?}");
+            assert_eq!(tag_of(raw), tag, "{kind:?}");
             // SAFETY: as above.
             unsafe {
-                let refund = borrow_raw(raw).unwrap().refund(1000, 1);
+                if tag == COMPACT {
+                    // The object and module value, and 16 bytes.
+                    assert_eq!(lend_raw(raw).unwrap().mem_usage(), VALUE_OBJECT + 16);
+                }
+                let refund = borrow_raw(raw, None).unwrap().refund(1000, 1);
                 let mut back = from_raw(raw);
                 assert_eq!(back.kind(), kind);
                 assert_eq!(back.peek(1000), refund);
@@ -1185,7 +1556,7 @@ mod tests {
     #[test]
     fn a_sliding_log_is_held_by_its_own_box() {
         let raw = into_raw(sample());
-        assert_eq!(raw.addr() & (BOX_TAGS | SUBWIN_BLOCK), SLIDE_BOX);
+        assert_eq!(tag_of(raw), SLIDE_BOX);
         let ws = [Window {
             limit: 10,
             window_ms: 1000,
@@ -1193,7 +1564,7 @@ mod tests {
         // SAFETY: `raw` was just made by `into_raw` and is used by nothing else.
         unsafe {
             {
-                let mut held = borrow_raw(raw).unwrap();
+                let mut held = borrow_raw(raw, None).unwrap();
                 let log = held.slide_mut().unwrap();
                 assert!(log.acquire(T0 + 302, &ws, 1).allowed);
                 // A retention (the 60 s window, used before this call's 1 s) spills the
@@ -1275,7 +1646,7 @@ mod tests {
             u64::MAX,
         )
         .unwrap();
-        let limiter = Limiter::Token(Box::new(g));
+        let limiter = Limiter::Token(g);
         assert_eq!(limiter.with_encoding(<[u8]>::to_vec), limiter.encode());
     }
 
@@ -1415,9 +1786,9 @@ mod tests {
         let mut sub = SubWindow::new(&sub_p);
         sub.acquire(T, &sub_p, 1);
         for limiter in [
-            Limiter::Token(Box::new(token)),
-            Limiter::Leaky(Box::new(leaky)),
-            Limiter::Fixed(Box::new(fixed)),
+            Limiter::Token(token),
+            Limiter::Leaky(leaky),
+            Limiter::Fixed(fixed),
             Limiter::Slide(Box::new(log)),
             Limiter::Subwin(sub),
         ] {
@@ -1507,7 +1878,7 @@ mod tests {
         assert_eq!(limiter.empty_at(), Some(T0 + 30_000));
         assert_eq!(limiter.encode(), LEASE_V1);
         let raw = into_raw(limiter);
-        assert_eq!(raw.addr() & LEASE_TAGS, LEASE_BOX);
+        assert_eq!(raw.addr() & TAGS, LEASE_BOX);
         // SAFETY: `raw` was just made by `into_raw` and is used by nothing else.
         let back = unsafe { from_raw(raw) };
         assert_eq!(back.encode(), LEASE_V1);

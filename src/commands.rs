@@ -92,7 +92,8 @@ pub(crate) fn applying_decided(ctx: &Context) -> bool {
 }
 
 pub(crate) fn key_arg(args: &[Arg]) -> Result<Arg, Error> {
-    args.get(1).copied().ok_or(Error::Arity)
+    // `ok_or_else`: an `Error` made and dropped on every call costs a call to its destructor.
+    args.get(1).copied().ok_or_else(|| Error::Arity)
 }
 
 pub(crate) fn other_kind(held: &Limiter, wanted: Kind) -> Error {
@@ -217,6 +218,10 @@ fn limit<L: Limit>(
     // NOW) from the primary or the AOF. Refused calls without NOW skip the flags lookup.
     let decided = || call.mode == Mode::Apply || (call.now.is_some() && applying_decided(ctx));
     if cost == 0 || !(decision.allowed || decided()) {
+        // Nothing changed: nothing to write back to the key.
+        if let Some(held) = held.as_mut() {
+            held.unchanged();
+        }
         return Ok(Reply::Decision(decision));
     }
     // Storing a new value drops the key's TTL, so it must be set again.

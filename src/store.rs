@@ -38,6 +38,7 @@ impl<'a> Key<'a> {
     }
 
     /// The limiter the key holds, `None` for a missing key, WRONGTYPE for another type.
+    #[inline]
     pub fn limiter(&mut self) -> Result<Option<Held<'_>>, Error> {
         if self.key.is_null() {
             return Ok(None);
@@ -75,7 +76,7 @@ impl<'a> Key<'a> {
     /// Stores `limiter`, replacing (and freeing) any previous limiter. Redis drops the TTL.
     pub fn set(&self, limiter: Limiter) -> Result<(), Error> {
         let set_value = unsafe { raw::RedisModule_ModuleTypeSetValue }
-            .ok_or(Error::MissingApi("ModuleTypeSetValue"))?;
+            .ok_or_else(|| Error::MissingApi("ModuleTypeSetValue"))?;
         let value = value::into_raw(limiter);
         // SAFETY: the key is open for writing; on success Redis owns the value and frees it
         // through the type's free callback.

@@ -747,6 +747,7 @@ fn fixed_set(w: &FixedWindow) -> intern::Set {
 
 /// The parameter set, `latest` and [`Packed::tail`] of a state that fits the compact form;
 /// `None` for other kinds and states that do not fit.
+#[inline]
 fn packed_parts(limiter: &Limiter) -> Option<(intern::Set, Millis, u64)> {
     let (set, latest, tail) = match limiter {
         Limiter::Token(g) => (gcra_set(Kind::Token, g), g.latest(), g.debt()),
@@ -761,8 +762,9 @@ fn packed_parts(limiter: &Limiter) -> Option<(intern::Set, Millis, u64)> {
     (latest >> (64 - SLOT_BITS) == 0).then_some((set, latest, tail))
 }
 
-/// The state a [`Packed`] holds, with its parameter set and slot.
-fn unpack(p: &Packed) -> (Limiter, intern::Set, u16) {
+/// The state a [`Packed`] holds, and the slot of its parameters.
+#[inline]
+fn unpack(p: &Packed) -> (Limiter, u16) {
     let slot = p.head as u16;
     let latest = p.head >> SLOT_BITS;
     let set = intern::TABLE.get(slot);
@@ -792,7 +794,7 @@ fn unpack(p: &Packed) -> (Limiter, intern::Set, u16) {
             Limiter::Fixed(FixedWindow::with_state(&params, latest, end, count))
         }
     };
-    (limiter, set, slot)
+    (limiter, slot)
 }
 
 /// The compact form of `limiter`, tagged, holding a reference to its parameters' slot;
@@ -863,54 +865,6 @@ pub unsafe fn copy_raw(raw: *mut c_void) -> *mut c_void {
     }
 }
 
-/// Where a lent limiter lives, so how a change gets back to it.
-#[derive(Clone, Copy)]
-enum Home {
-    /// Its own allocation (a log, a ring, leases), changed in place.
-    InPlace,
-    /// A bucket's or fixed window's wide box, copied back.
-    Wide(*mut c_void),
-    /// A [`Packed`] state, packed back; `set` is the parameter set of `slot`, which it holds.
-    Compact {
-        packed: *mut Packed,
-        slot: u16,
-        set: intern::Set,
-    },
-}
-
-/// Reads the limiter behind `raw` without taking it: the allocation stays the key's.
-///
-/// # Safety
-/// `raw` must come from [`into_raw`] and not have been freed; the result must not be dropped
-/// (its in-place kinds still own the key's allocation).
-unsafe fn read_raw(raw: *mut c_void) -> (Limiter, Home) {
-    let untagged = raw.map_addr(|a| a & !TAGS);
-    match raw.addr() & TAGS {
-        COMPACT => {
-            let packed = untagged.cast::<Packed>();
-            // SAFETY: tagged COMPACT: a live `Packed` from `into_compact`.
-            let (limiter, set, slot) = unpack(unsafe { &*packed });
-            (limiter, Home::Compact { packed, slot, set })
-        }
-        // SAFETY (every arm): the tag says which box `into_raw` made; the copies of the wide
-        // boxes leave them as they are, and the in-place kinds are rebuilt around theirs.
-        TOKEN_BOX => unsafe {
-            let g = (*untagged.cast::<Gcra>()).clone();
-            (Limiter::Token(g), Home::Wide(untagged))
-        },
-        LEAKY_BOX => unsafe {
-            let g = (*untagged.cast::<Gcra>()).clone();
-            (Limiter::Leaky(g), Home::Wide(untagged))
-        },
-        FIXED_BOX => unsafe {
-            let w = (*untagged.cast::<FixedWindow>()).clone();
-            (Limiter::Fixed(w), Home::Wide(untagged))
-        },
-        // SAFETY: as for `from_raw`, the caller keeps the allocation with the key.
-        _ => (unsafe { from_raw(raw) }, Home::InPlace),
-    }
-}
-
 /// Takes back the limiter behind `raw`, freeing what the key held (and, for a compact state,
 /// its reference to its parameters).
 ///
@@ -923,7 +877,7 @@ pub unsafe fn from_raw(raw: *mut c_void) -> Limiter {
         COMPACT => {
             // SAFETY: tagged COMPACT: a `Packed` from `into_compact`, now ours.
             let packed = unsafe { Box::from_raw(untagged.cast::<Packed>()) };
-            let (limiter, _, slot) = unpack(&packed);
+            let (limiter, slot) = unpack(&packed);
             intern::TABLE.release(slot);
             return limiter;
         }
@@ -955,11 +909,32 @@ pub unsafe fn from_raw(raw: *mut c_void) -> Limiter {
     }
 }
 
+/// Reads the limiter behind `raw` without taking it: the allocation stays the key's.
+///
+/// # Safety
+/// `raw` must come from [`into_raw`] and not have been freed; the result must not be dropped
+/// (its in-place kinds still own the key's allocation).
+#[inline]
+unsafe fn read_raw(raw: *mut c_void) -> Limiter {
+    let untagged = raw.map_addr(|a| a & !TAGS);
+    match raw.addr() & TAGS {
+        // SAFETY: tagged COMPACT: a live `Packed` from `into_compact`.
+        COMPACT => unpack(unsafe { &*untagged.cast::<Packed>() }).0,
+        // SAFETY (the wide boxes): the tag says which box `into_raw` made; copied, the box
+        // left as it is.
+        TOKEN_BOX => Limiter::Token(unsafe { (*untagged.cast::<Gcra>()).clone() }),
+        LEAKY_BOX => Limiter::Leaky(unsafe { (*untagged.cast::<Gcra>()).clone() }),
+        FIXED_BOX => Limiter::Fixed(unsafe { (*untagged.cast::<FixedWindow>()).clone() }),
+        // SAFETY: as for `from_raw`; the caller keeps the allocation with the key.
+        _ => unsafe { from_raw(raw) },
+    }
+}
+
 /// A limiter lent for reading by the key that owns it (the type's callbacks: save, digest,
 /// memory usage, copy).
 pub struct Lent<'a> {
     limiter: ManuallyDrop<Limiter>,
-    home: Home,
+    raw: *mut c_void,
     _key: PhantomData<&'a Limiter>,
 }
 
@@ -967,15 +942,15 @@ pub struct Lent<'a> {
 ///
 /// # Safety
 /// `raw` must come from [`into_raw`] and stay alive and unchanged for `'a`.
+#[inline]
 pub unsafe fn lend_raw<'a>(raw: *mut c_void) -> Option<Lent<'a>> {
     if raw.is_null() {
         return None;
     }
-    // SAFETY: as for `read_raw`; ManuallyDrop keeps the allocation with the key.
-    let (limiter, home) = unsafe { read_raw(raw) };
     Some(Lent {
-        limiter: ManuallyDrop::new(limiter),
-        home,
+        // SAFETY: as for `read_raw`; ManuallyDrop keeps the allocation with the key.
+        limiter: ManuallyDrop::new(unsafe { read_raw(raw) }),
+        raw,
         _key: PhantomData,
     })
 }
@@ -984,9 +959,10 @@ impl Lent<'_> {
     /// [`Limiter::mem_usage`] for the form the key really holds (16 bytes for a compact
     /// state).
     pub fn mem_usage(&self) -> usize {
-        match self.home {
-            Home::Compact { .. } => VALUE_OBJECT + class_ceil(std::mem::size_of::<Packed>()),
-            _ => self.limiter.mem_usage(),
+        if self.raw.addr() & TAGS == COMPACT {
+            VALUE_OBJECT + class_ceil(std::mem::size_of::<Packed>())
+        } else {
+            self.limiter.mem_usage()
         }
     }
 }
@@ -999,8 +975,8 @@ impl Deref for Lent<'_> {
     }
 }
 
-/// Puts `new` (from [`into_raw`]) in place of the key's value without freeing the old one
-/// or touching the key's expiry; false when it could not.
+/// Puts `new` (from [`into_raw`]) in place of the value of the key `key` without freeing the
+/// old one or touching the key's expiry; false when it could not.
 pub type Replace = unsafe fn(key: *mut c_void, new: *mut c_void) -> bool;
 
 /// A limiter lent by the key that owns it, for a command to change. Logs, rings and leases
@@ -1011,7 +987,6 @@ pub type Replace = unsafe fn(key: *mut c_void, new: *mut c_void) -> bool;
 /// another kind through this borrow (store a new value in the key instead).
 pub struct Held<'a> {
     lent: Lent<'a>,
-    raw: *mut c_void,
     changed: bool,
     /// The key and how to replace its value.
     replace: Option<(*mut c_void, Replace)>,
@@ -1025,6 +1000,7 @@ pub struct Held<'a> {
 /// # Safety
 /// `raw` must come from [`into_raw`], stay alive for `'a` and not be used otherwise while
 /// the borrow lasts; `replace`'s key must be the one holding `raw`, open for writing.
+#[inline]
 pub unsafe fn borrow_raw<'a>(
     raw: *mut c_void,
     replace: Option<(*mut c_void, Replace)>,
@@ -1033,7 +1009,6 @@ pub unsafe fn borrow_raw<'a>(
     let lent = unsafe { lend_raw(raw) }?;
     Some(Held {
         lent,
-        raw,
         changed: false,
         replace,
         _key: PhantomData,
@@ -1046,28 +1021,30 @@ impl Held<'_> {
         self.lent.mem_usage()
     }
 
+    /// Says that nothing was changed through `DerefMut` after all (a refused call): nothing
+    /// is written back.
+    pub fn unchanged(&mut self) {
+        self.changed = false;
+    }
+
     /// Writes a changed bucket or fixed window back to the key.
+    #[inline(always)]
     fn write_back(&mut self) {
+        let raw = self.lent.raw;
+        let at = raw.map_addr(|a| a & !TAGS);
         let limiter = &*self.lent.limiter;
-        match (self.lent.home, limiter) {
-            (Home::InPlace, _) => return,
-            // SAFETY: the wide box of the same kind, lent to us (see `read_raw`).
-            (Home::Wide(at), Limiter::Token(g) | Limiter::Leaky(g)) => unsafe {
-                *at.cast::<Gcra>() = g.clone();
-                return;
-            },
-            (Home::Wide(at), Limiter::Fixed(w)) => unsafe {
-                *at.cast::<FixedWindow>() = w.clone();
-                return;
-            },
-            (Home::Compact { packed, slot, set }, _) => {
-                if let Some((new_set, latest, tail)) = packed_parts(limiter) {
-                    let slot = if new_set == set {
+        match (raw.addr() & TAGS, limiter) {
+            (COMPACT, _) => {
+                let packed = at.cast::<Packed>();
+                // SAFETY: the key's `Packed`, lent to us (see `read_raw`).
+                let slot = unsafe { (*packed).head } as u16;
+                if let Some((set, latest, tail)) = packed_parts(limiter) {
+                    let slot = if set == intern::TABLE.get(slot) {
                         Some(slot)
                     } else {
                         // The parameters changed: a slot for the new ones, then the old one
                         // given back.
-                        let new_slot = intern::TABLE.intern(new_set);
+                        let new_slot = intern::TABLE.intern(set);
                         if new_slot.is_some() {
                             intern::TABLE.release(slot);
                         }
@@ -1075,24 +1052,42 @@ impl Held<'_> {
                     };
                     if let Some(slot) = slot {
                         let head = latest << SLOT_BITS | u64::from(slot);
-                        // SAFETY: the key's `Packed`, lent to us (see `read_raw`).
+                        // SAFETY: as above.
                         unsafe { *packed = Packed { head, tail } };
                         return;
                     }
                 }
             }
-            _ => {}
+            // SAFETY: the wide box of the same kind, lent to us (see `read_raw`).
+            (TOKEN_BOX, Limiter::Token(g)) | (LEAKY_BOX, Limiter::Leaky(g)) => unsafe {
+                *at.cast::<Gcra>() = g.clone();
+                return;
+            },
+            (FIXED_BOX, Limiter::Fixed(w)) => unsafe {
+                *at.cast::<FixedWindow>() = w.clone();
+                return;
+            },
+            // Changed in place.
+            _ => return,
         }
-        // It no longer fits where it is: the key gets a new value (its wide box).
+        self.move_to_wide();
+    }
+
+    /// Gives the key a new value for a state that no longer fits its compact form: its wide
+    /// box (the parameters found no slot, or a time is out of the compact range).
+    #[cold]
+    #[inline(never)]
+    fn move_to_wide(&mut self) {
         let Some((key, replace)) = self.replace else {
             return;
         };
-        let new = into_raw(Limiter::clone(limiter));
-        // SAFETY: `key` holds `self.raw` (see `borrow_raw`), which is ours to free once
-        // replaced; `new` is ours to free if it was not taken.
+        let raw = self.lent.raw;
+        let new = into_raw(Limiter::clone(&self.lent.limiter));
+        // SAFETY: `key` holds `raw` (see `borrow_raw`), which is ours to free once replaced;
+        // `new` is ours to free if it was not taken.
         unsafe {
             if replace(key, new) {
-                drop(from_raw(self.raw));
+                drop(from_raw(raw));
             } else {
                 drop(from_raw(new));
             }
@@ -1101,6 +1096,7 @@ impl Held<'_> {
 }
 
 impl Drop for Held<'_> {
+    #[inline(always)]
     fn drop(&mut self) {
         if self.changed {
             self.write_back();

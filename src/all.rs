@@ -53,15 +53,9 @@ impl Spec<'_> {
             (SpecParams::Slide(w), Limiter::Slide(l)) => l
                 .reshaped(now, w.as_slice())
                 .map(|l| Limiter::Slide(Box::new(l))),
-            (SpecParams::Token(p), Limiter::Token(g)) => {
-                g.reshaped(now, p).map(Limiter::Token)
-            }
-            (SpecParams::Leaky(p), Limiter::Leaky(g)) => {
-                g.reshaped(now, p).map(Limiter::Leaky)
-            }
-            (SpecParams::Fixed(p), Limiter::Fixed(w)) => {
-                w.reshaped(now, p).map(Limiter::Fixed)
-            }
+            (SpecParams::Token(p), Limiter::Token(g)) => g.reshaped(now, p).map(Limiter::Token),
+            (SpecParams::Leaky(p), Limiter::Leaky(g)) => g.reshaped(now, p).map(Limiter::Leaky),
+            (SpecParams::Fixed(p), Limiter::Fixed(w)) => w.reshaped(now, p).map(Limiter::Fixed),
             (SpecParams::Subwin(p), Limiter::Subwin(w)) => w.reshaped(now, p).map(Limiter::Subwin),
             _ => None,
         }

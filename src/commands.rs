@@ -92,8 +92,12 @@ pub(crate) fn applying_decided(ctx: &Context) -> bool {
 }
 
 pub(crate) fn key_arg(args: &[Arg]) -> Result<Arg, Error> {
-    // `ok_or_else`: an `Error` made and dropped on every call costs a call to its destructor.
-    args.get(1).copied().ok_or_else(|| Error::Arity)
+    // `let ... else` rather than `ok_or`: an `Error` made and dropped on every call costs a
+    // call to its destructor.
+    let Some(&key) = args.get(1) else {
+        return Err(Error::Arity);
+    };
+    Ok(key)
 }
 
 pub(crate) fn other_kind(held: &Limiter, wanted: Kind) -> Error {
@@ -343,14 +347,7 @@ fn fixed_as<A: AsBytes>(ctx: &Context, key: Arg, args: &[A], mode: Mode) -> Resu
         resolved: &[],
     };
     let fresh = || FixedWindow::new(&p);
-    limit(
-        ctx,
-        key,
-        call,
-        fresh,
-        Limiter::Fixed,
-        Limiter::fixed_mut,
-    )
+    limit(ctx, key, call, fresh, Limiter::Fixed, Limiter::fixed_mut)
 }
 
 pub fn subwin(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {

@@ -138,11 +138,12 @@ unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *cons
 }
 
 /// May run in Redis's lazy-free thread, concurrently with commands: it only hands memory back
-/// to the allocator (thread-safe) and touches no other state (a panic is logged with no
-/// context, which Redis allows from any thread).
+/// to the allocator (thread-safe) and a compact state's reference to its parameter set back
+/// to the shared table (under its lock, see `intern`), and touches no other state (a panic
+/// is logged with no context, which Redis allows from any thread).
 unsafe extern "C" fn free(value: *mut c_void) {
     if !value.is_null() {
-        guard("free", (), || drop(value::from_raw(value)));
+        guard("free", (), || value::free_raw(value));
     }
 }
 

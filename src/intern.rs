@@ -61,14 +61,15 @@ struct Inner {
 impl<const N: usize> Table<N> {
     /// An empty table (`N` at most 2^16).
     pub const fn new() -> Self {
-        const EMPTY: Slot = Slot {
-            kind: AtomicU64::new(0),
-            a: AtomicU64::new(0),
-            b: AtomicU64::new(0),
-        };
         assert!(N <= SLOTS);
         Table {
-            slots: [EMPTY; N],
+            slots: [const {
+                Slot {
+                    kind: AtomicU64::new(0),
+                    a: AtomicU64::new(0),
+                    b: AtomicU64::new(0),
+                }
+            }; N],
             inner: Mutex::new(Inner {
                 index: None,
                 refs: Vec::new(),
@@ -133,7 +134,10 @@ impl<const N: usize> Table<N> {
                 s.kind.store(u64::from(set.kind), Ordering::Relaxed);
                 s.a.store(set.a, Ordering::Relaxed);
                 s.b.store(set.b, Ordering::Relaxed);
-                inner.index.get_or_insert_with(HashMap::new).insert(set, slot);
+                inner
+                    .index
+                    .get_or_insert_with(HashMap::new)
+                    .insert(set, slot);
                 inner.add_ref(slot);
                 inner.live += 1;
                 slot

@@ -75,8 +75,10 @@ impl<'a> Key<'a> {
 
     /// Stores `limiter`, replacing (and freeing) any previous limiter. Redis drops the TTL.
     pub fn set(&self, limiter: Limiter) -> Result<(), Error> {
-        let set_value = unsafe { raw::RedisModule_ModuleTypeSetValue }
-            .ok_or_else(|| Error::MissingApi("ModuleTypeSetValue"))?;
+        // `let ... else` rather than `ok_or` (see `limiter`).
+        let Some(set_value) = (unsafe { raw::RedisModule_ModuleTypeSetValue }) else {
+            return Err(Error::MissingApi("ModuleTypeSetValue"));
+        };
         let value = value::into_raw(limiter);
         // SAFETY: the key is open for writing; on success Redis owns the value and frees it
         // through the type's free callback.

@@ -52,10 +52,14 @@
 //! The encoding is also the digest (`DEBUG DIGEST-VALUE`), so a key's digest changed with
 //! version 3: primaries and replicas compare digests only when they run the same build.
 //!
-//! In memory, a key's module value is a thin pointer: a `Box<Limiter>` for kinds 2 to 4; for
-//! kind 5 the sub-interval window's own block of words, tagged with the pointer's low bit, so
-//! that such a key costs its block and nothing more; for kind 1 the sliding log's own box,
-//! tagged with the next bit (see [`into_raw`]).
+//! In memory, a key's module value is a thin pointer to one allocation, its kind in the
+//! pointer's low bits (see [`into_raw`]): for kind 5 the sub-interval window's own block of
+//! words, so that such a key costs its block and nothing more; for kinds 1 and 6 their own
+//! box; for kinds 2 to 4 (buckets and fixed windows) 16 bytes, `latest` and the state that
+//! moves, their parameters interned in a table that keys share (`intern`: a 16-bit slot,
+//! counted), or, when they do not fit that form or the table is full, their own 32-byte box
+//! (see [`Packed`]). Either form answers, encodes and digests alike; a command changes a
+//! copy of the state and writes it back when its borrow ends (see [`Held`]).
 //!
 //! The encoding is canonical (the same logical state always gives the same bytes, one
 //! version per build), so it also serves as the digest.
@@ -837,6 +841,23 @@ pub fn into_raw(limiter: Limiter) -> *mut c_void {
     }
 }
 
+/// Frees the value behind `raw` (the type's `free` callback, which may run in Redis's
+/// lazy-free thread): a compact state gives back its parameters' slot without being
+/// unpacked.
+///
+/// # Safety
+/// As for [`from_raw`].
+pub unsafe fn free_raw(raw: *mut c_void) {
+    if raw.addr() & TAGS == COMPACT {
+        // SAFETY: tagged COMPACT: a `Packed` from `into_compact`, now ours.
+        let packed = unsafe { Box::from_raw(raw.map_addr(|a| a & !TAGS).cast::<Packed>()) };
+        intern::TABLE.release(packed.head as u16);
+        return;
+    }
+    // SAFETY: as the caller promises.
+    drop(unsafe { from_raw(raw) });
+}
+
 /// A copy of the value behind `raw`, for a new key (`COPY`): a compact state shares its
 /// parameters' slot (no hashing).
 ///
@@ -917,9 +938,12 @@ pub unsafe fn from_raw(raw: *mut c_void) -> Limiter {
 #[inline]
 unsafe fn read_raw(raw: *mut c_void) -> Limiter {
     let untagged = raw.map_addr(|a| a & !TAGS);
-    match raw.addr() & TAGS {
+    // The common case first, without a jump table.
+    if raw.addr() & TAGS == COMPACT {
         // SAFETY: tagged COMPACT: a live `Packed` from `into_compact`.
-        COMPACT => unpack(unsafe { &*untagged.cast::<Packed>() }).0,
+        return unpack(unsafe { &*untagged.cast::<Packed>() }).0;
+    }
+    match raw.addr() & TAGS {
         // SAFETY (the wide boxes): the tag says which box `into_raw` made; copied, the box
         // left as it is.
         TOKEN_BOX => Limiter::Token(unsafe { (*untagged.cast::<Gcra>()).clone() }),
@@ -1027,8 +1051,33 @@ impl Held<'_> {
         self.changed = false;
     }
 
-    /// Writes a changed bucket or fixed window back to the key.
+    /// Writes a changed compact state back to the key when its parameters are the same
+    /// (a call on a live key: the hot path); false, changing nothing, for any other case.
     #[inline(always)]
+    fn repack_in_place(&self) -> bool {
+        let raw = self.lent.raw;
+        if raw.addr() & TAGS != COMPACT {
+            return false;
+        }
+        let Some((set, latest, tail)) = packed_parts(&self.lent.limiter) else {
+            return false;
+        };
+        let packed = raw.map_addr(|a| a & !TAGS).cast::<Packed>();
+        // SAFETY: the key's `Packed`, lent to us (see `read_raw`).
+        let slot = unsafe { (*packed).head } as u16;
+        if set != intern::TABLE.get(slot) {
+            return false;
+        }
+        let head = latest << SLOT_BITS | u64::from(slot);
+        // SAFETY: as above.
+        unsafe { *packed = Packed { head, tail } };
+        true
+    }
+
+    /// Writes a changed bucket or fixed window back to the key: every case but
+    /// [`Held::repack_in_place`]'s.
+    #[cold]
+    #[inline(never)]
     fn write_back(&mut self) {
         let raw = self.lent.raw;
         let at = raw.map_addr(|a| a & !TAGS);
@@ -1096,9 +1145,9 @@ impl Held<'_> {
 }
 
 impl Drop for Held<'_> {
-    #[inline(always)]
+    #[inline]
     fn drop(&mut self) {
-        if self.changed {
+        if self.changed && !self.repack_in_place() {
             self.write_back();
         }
     }
@@ -1931,6 +1980,119 @@ mod tests {
             }
             Damage::Cut(p) => bytes.truncate(at(p, bytes.len() + 1)),
             _ => {}
+        }
+    }
+
+    /// A bucket or fixed window with valid parameters and any state the algorithms accept.
+    fn small_state() -> impl Strategy<Value = Limiter> {
+        use crate::algo::gcra::{MAX_RATE_LIMIT, MAX_WINDOW_MS};
+        use crate::algo::MAX_TIMESTAMP;
+        let gcra = (
+            any::<bool>(),
+            1..=MAX_RATE_LIMIT,
+            1..=MAX_WINDOW_MS,
+            1..=MAX_RATE_LIMIT,
+            0..=MAX_WINDOW_MS,
+            0..=MAX_TIMESTAMP,
+            any::<u64>(),
+        )
+            .prop_map(
+                |(leaky, limit, window_ms, burst, max_delay_ms, latest, debt)| {
+                    let p = Params {
+                        limit,
+                        window_ms,
+                        burst,
+                        max_delay_ms: if leaky { max_delay_ms } else { 0 },
+                    };
+                    let g = Gcra::from_parts(p, latest, debt).unwrap();
+                    if leaky {
+                        Limiter::Leaky(g)
+                    } else {
+                        Limiter::Token(g)
+                    }
+                },
+            );
+        // Ends around `latest`, some too long before it for the compact form.
+        let fixed = (
+            1..=fixed::MAX_LIMIT,
+            1..=fixed::MAX_WINDOW_MS,
+            any::<bool>(),
+            0..=MAX_TIMESTAMP,
+            -(3 * fixed::MAX_WINDOW_MS as i64)..=(fixed::MAX_WINDOW_MS as i64),
+            any::<u32>(),
+        )
+            .prop_map(|(limit, window_ms, align, latest, ahead, count)| {
+                let p = fixed::Params {
+                    limit,
+                    window_ms,
+                    align,
+                };
+                let end = latest.saturating_add_signed(ahead);
+                let w = FixedWindow::from_parts(p, latest, end, u64::from(count)).unwrap();
+                Limiter::Fixed(w)
+            });
+        prop_oneof![gcra, fixed]
+    }
+
+    /// A key's value for the tests: the value the "key" holds, which `swap_cell` replaces.
+    unsafe fn swap_cell(key: *mut c_void, new: *mut c_void) -> bool {
+        // SAFETY: the tests pass a pointer to a live `*mut c_void`.
+        unsafe { *key.cast::<*mut c_void>() = new };
+        true
+    }
+
+    proptest! {
+        /// A state stored in a key reads back as it was, in its compact form whenever it fits
+        /// one, and a change made through a borrow reads back as the same change made to the
+        /// plain state, whatever form it is written back in.
+        #[test]
+        fn stored_states_read_back_as_they_were(
+            state in small_state(),
+            dt in 0u64..200_000,
+            cost in 0u64..5,
+            limit in 1u64..1000,
+            window_ms in 1u64..100_000,
+        ) {
+            let fits = packed_parts(&state).is_some();
+            let mut cell = into_raw(state.clone());
+            prop_assert_eq!(cell.addr() & TAGS == COMPACT, fits);
+            let plain = format!("{state:?}");
+            // SAFETY: `cell` holds a value from `into_raw` until `from_raw` takes it.
+            unsafe {
+                let lent = lend_raw(cell).unwrap();
+                prop_assert_eq!(format!("{:?}", *lent), plain.clone());
+                prop_assert_eq!(lent.with_encoding(<[u8]>::to_vec), state.encode());
+                let own = if fits { 16 } else { 32 };
+                prop_assert_eq!(lent.mem_usage(), VALUE_OBJECT + own);
+                drop(lent);
+                // New parameters (a new slot), or the same (the slot kept).
+                let mut changed = state.clone();
+                let now = state.latest() + dt;
+                let key = std::ptr::addr_of_mut!(cell).cast::<c_void>();
+                let mut held = borrow_raw(cell, Some((key, swap_cell as Replace))).unwrap();
+                match (&mut changed, &mut *held) {
+                    (Limiter::Token(a), Limiter::Token(b)) | (Limiter::Leaky(a), Limiter::Leaky(b)) => {
+                        let p = Params { limit, window_ms, burst: limit, max_delay_ms: 0 };
+                        let p = if cost % 2 == 0 { a.params() } else { p };
+                        prop_assert_eq!(a.acquire(now, &p, cost), b.acquire(now, &p, cost));
+                    }
+                    (Limiter::Fixed(a), Limiter::Fixed(b)) => {
+                        let p = fixed::Params { limit, window_ms, align: cost == 3 };
+                        let p = if cost % 2 == 0 { a.params() } else { p };
+                        prop_assert_eq!(a.acquire(now, &p, cost), b.acquire(now, &p, cost));
+                        // A refund long after: the window ended long before.
+                        if cost == 4 {
+                            let later = now + 40 * 86_400_000;
+                            prop_assert_eq!(a.refund(later, 1), b.refund(later, 1));
+                        }
+                    }
+                    _ => prop_assert!(false, "another kind"),
+                }
+                drop(held);
+                let back = from_raw(cell);
+                prop_assert_eq!(format!("{back:?}"), format!("{changed:?}"));
+                prop_assert_eq!(back.encode(), changed.encode());
+            }
         }
     }
 

@@ -107,7 +107,10 @@ fn scenario(c: &mut Connection, t: u64) -> Vec<String> {
     snapshot(c, &mut seen);
     // Reshapes: the same keys called with new parameters (a longer fixed window joins the
     // open one), and back.
-    for (i, key) in ["token:3", "leaky:3", "fixed:3", "fixed:4"].iter().enumerate() {
+    for (i, key) in ["token:3", "leaky:3", "fixed:3", "fixed:4"]
+        .iter()
+        .enumerate()
+    {
         let line = match i {
             0 => format!("RL.TOKEN {key} 99 30000 BURST 7 NOW {}", t + 200),
             1 => format!("RL.LEAKY {key} 3 500 NOW {}", t + 200),
@@ -124,7 +127,10 @@ fn scenario(c: &mut Connection, t: u64) -> Vec<String> {
          FIXED 11 90000 NOW {}",
         t + 300
     );
-    seen.push(format!("{all}: {:?}", run(c, &all.split(' ').collect::<Vec<_>>())));
+    seen.push(format!(
+        "{all}: {:?}",
+        run(c, &all.split(' ').collect::<Vec<_>>())
+    ));
     snapshot(c, &mut seen);
     // Saved and loaded back.
     run(c, &["DEBUG", "RELOAD"]).unwrap();
@@ -278,7 +284,10 @@ fn parameter_sets_are_given_back() {
     // Flushed by the lazy-free thread while commands run on the main thread.
     run(&mut c, &["FLUSHALL", "ASYNC"]).unwrap();
     for i in 0..2000 {
-        rl(&mut c, &format!("RL.FIXED after:{} {} 60000", i % 50, 100 + i % 5));
+        rl(
+            &mut c,
+            &format!("RL.FIXED after:{} {} 60000", i % 50, 100 + i % 5),
+        );
     }
     common::wait_until("the flushed sets given back", 10, || {
         param_sets(&mut c) == 5

@@ -2059,12 +2059,13 @@ mod tests {
             let plain = format!("{state:?}");
             // SAFETY: `cell` holds a value from `into_raw` until `from_raw` takes it.
             unsafe {
-                let lent = lend_raw(cell).unwrap();
-                prop_assert_eq!(format!("{:?}", *lent), plain.clone());
-                prop_assert_eq!(lent.with_encoding(<[u8]>::to_vec), state.encode());
-                let own = if fits { 16 } else { 32 };
-                prop_assert_eq!(lent.mem_usage(), VALUE_OBJECT + own);
-                drop(lent);
+                {
+                    let lent = lend_raw(cell).unwrap();
+                    prop_assert_eq!(format!("{:?}", *lent), plain.clone());
+                    prop_assert_eq!(lent.with_encoding(<[u8]>::to_vec), state.encode());
+                    let own = if fits { 16 } else { 32 };
+                    prop_assert_eq!(lent.mem_usage(), VALUE_OBJECT + own);
+                }
                 // New parameters (a new slot), or the same (the slot kept).
                 let mut changed = state.clone();
                 let now = state.latest() + dt;

@@ -38,9 +38,9 @@ impl Spec<'_> {
     pub fn fresh(&self) -> Limiter {
         match &self.params {
             SpecParams::Slide(w) => Limiter::Slide(Box::new(SlidingLog::new(w.as_slice()))),
-            SpecParams::Token(p) => Limiter::Token(Box::new(Gcra::new(p))),
-            SpecParams::Leaky(p) => Limiter::Leaky(Box::new(Gcra::new(p))),
-            SpecParams::Fixed(p) => Limiter::Fixed(Box::new(FixedWindow::new(p))),
+            SpecParams::Token(p) => Limiter::Token(Gcra::new(p)),
+            SpecParams::Leaky(p) => Limiter::Leaky(Gcra::new(p)),
+            SpecParams::Fixed(p) => Limiter::Fixed(FixedWindow::new(p)),
             SpecParams::Subwin(p) => Limiter::Subwin(SubWindow::new(p)),
             SpecParams::Acquire(p) => Limiter::Lease(Box::new(Leases::new(p))),
         }
@@ -53,15 +53,9 @@ impl Spec<'_> {
             (SpecParams::Slide(w), Limiter::Slide(l)) => l
                 .reshaped(now, w.as_slice())
                 .map(|l| Limiter::Slide(Box::new(l))),
-            (SpecParams::Token(p), Limiter::Token(g)) => {
-                g.reshaped(now, p).map(|g| Limiter::Token(Box::new(g)))
-            }
-            (SpecParams::Leaky(p), Limiter::Leaky(g)) => {
-                g.reshaped(now, p).map(|g| Limiter::Leaky(Box::new(g)))
-            }
-            (SpecParams::Fixed(p), Limiter::Fixed(w)) => {
-                w.reshaped(now, p).map(|w| Limiter::Fixed(Box::new(w)))
-            }
+            (SpecParams::Token(p), Limiter::Token(g)) => g.reshaped(now, p).map(Limiter::Token),
+            (SpecParams::Leaky(p), Limiter::Leaky(g)) => g.reshaped(now, p).map(Limiter::Leaky),
+            (SpecParams::Fixed(p), Limiter::Fixed(w)) => w.reshaped(now, p).map(Limiter::Fixed),
             (SpecParams::Subwin(p), Limiter::Subwin(w)) => w.reshaped(now, p).map(Limiter::Subwin),
             _ => None,
         }
@@ -366,17 +360,17 @@ mod tests {
             (SpecParams::Token(p), h) => {
                 let h = h.and_then(|mut h| h.token_mut().cloned());
                 let (l, d) = run(h.as_ref(), Gcra::new(p), p, cost, now);
-                (l.map(|l| Limiter::Token(Box::new(l))), d)
+                (l.map(Limiter::Token), d)
             }
             (SpecParams::Leaky(p), h) => {
                 let h = h.and_then(|mut h| h.leaky_mut().cloned());
                 let (l, d) = run(h.as_ref(), Gcra::new(p), p, cost, now);
-                (l.map(|l| Limiter::Leaky(Box::new(l))), d)
+                (l.map(Limiter::Leaky), d)
             }
             (SpecParams::Fixed(p), h) => {
                 let h = h.and_then(|mut h| h.fixed_mut().cloned());
                 let (l, d) = run(h.as_ref(), FixedWindow::new(p), p, cost, now);
-                (l.map(|l| Limiter::Fixed(Box::new(l))), d)
+                (l.map(Limiter::Fixed), d)
             }
             (SpecParams::Subwin(p), h) => {
                 let h = h.and_then(|mut h| h.subwin_mut().cloned());

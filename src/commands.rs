@@ -94,11 +94,12 @@ pub(crate) fn applying_decided(ctx: &Context) -> bool {
 }
 
 pub(crate) fn key_arg(args: &[Arg]) -> Result<Arg, Error> {
-    // Not `ok_or`: an `Error` made and dropped on every call costs a call to its destructor.
-    match args.get(1) {
-        Some(&key) => Ok(key),
-        None => Err(Error::Arity),
-    }
+    // `let ... else` rather than `ok_or`: an `Error` made and dropped on every call costs a
+    // call to its destructor.
+    let Some(&key) = args.get(1) else {
+        return Err(Error::Arity);
+    };
+    Ok(key)
 }
 
 pub(crate) fn other_kind(held: &Limiter, wanted: Kind) -> Error {
@@ -264,6 +265,10 @@ fn limit<L: Limit>(
     // NOW) from the primary or the AOF. Refused calls without NOW skip the flags lookup.
     let decided = || call.mode == Mode::Apply || (call.now.is_some() && applying_decided(ctx));
     if cost == 0 || !(decision.allowed || decided()) {
+        // Nothing changed: nothing to write back to the key.
+        if let Some(held) = held.as_mut() {
+            held.unchanged();
+        }
         return Ok(Reply::Decision(decision));
     }
     // Storing a new value drops the key's TTL, so it must be set again.
@@ -273,6 +278,8 @@ fn limit<L: Limit>(
         return Ok(Reply::Decision(decision));
     }
     let (at, empty_at) = (limiter.latest(), limiter.empty_at());
+    // The key's own limiter goes back to it before the key changes further.
+    drop(held);
     if let Some(limiter) = created {
         key.set(wrap(limiter))?;
     }
@@ -336,7 +343,7 @@ fn token_as<A: AsBytes>(ctx: &Context, key: Arg, args: &[A], mode: Mode) -> Resu
     let resolved = [("BURST", p.burst, args::token_burst_default(p.limit))];
     let shape = (
         Kind::Token,
-        (|g| Limiter::Token(Box::new(g))) as fn(Gcra) -> Limiter,
+        Limiter::Token as fn(Gcra) -> Limiter,
         Limiter::token_mut as _,
     );
     bucket(ctx, key, mode, req, &resolved, shape)
@@ -359,7 +366,7 @@ fn leaky_as<A: AsBytes>(ctx: &Context, key: Arg, args: &[A], mode: Mode) -> Resu
     ];
     let shape = (
         Kind::Leaky,
-        (|g| Limiter::Leaky(Box::new(g))) as fn(Gcra) -> Limiter,
+        Limiter::Leaky as fn(Gcra) -> Limiter,
         Limiter::leaky_mut as _,
     );
     bucket(ctx, key, mode, req, &resolved, shape)
@@ -383,14 +390,7 @@ fn fixed_as<A: AsBytes>(ctx: &Context, key: Arg, args: &[A], mode: Mode) -> Resu
         resolved: &[],
     };
     let fresh = || FixedWindow::new(&p);
-    limit(
-        ctx,
-        key,
-        call,
-        fresh,
-        |w| Limiter::Fixed(Box::new(w)),
-        Limiter::fixed_mut,
-    )
+    limit(ctx, key, call, fresh, Limiter::Fixed, Limiter::fixed_mut)
 }
 
 pub fn subwin(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
@@ -447,7 +447,8 @@ pub fn peek(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
     let opts = args::peek(args)?;
     let clock = clock(ctx, opts.now, Mode::Decide)?;
     let mut key = Key::open(ctx, key_arg(args)?, false);
-    Ok(match key.limiter()? {
+    let held = key.limiter()?;
+    let reply = match held {
         Some(limiter) if opts.cost > 0 => {
             // What the limiter command would answer for COST n, its reset included.
             let behind = limiter.latest().saturating_sub(clock.caller);
@@ -460,7 +461,8 @@ pub fn peek(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
             Reply::Decision(decision.resetting_at(limiter.empty_at(), clock.caller))
         }
         None => Reply::Nil,
-    })
+    };
+    Ok(reply)
 }
 
 pub fn refund(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
@@ -489,7 +491,8 @@ fn refund_as<A: AsBytes>(ctx: &Context, name: Arg, args: &[A], mode: Mode) -> Re
         .seen_from_behind(behind);
     let (at, empty_at) = (limiter.latest(), limiter.empty_at());
     let decision = decision.resetting_at(empty_at, clock.caller);
-    // May delete the key, freeing `limiter`: nothing may read it afterwards.
+    // Back to the key, which `settle` may delete.
+    drop(limiter);
     let expiry = settle(&key, c"rl.refund", empty_at, clock.lag, before);
     propagate(ctx, name, mode, "RL.REFUND", |line| {
         line.option("COST", opts.cost);
@@ -528,6 +531,7 @@ fn charge_as<A: AsBytes>(ctx: &Context, name: Arg, args: &[A], mode: Mode) -> Re
     }
     let (at, empty_at) = (limiter.latest(), limiter.empty_at());
     let decision = decision.resetting_at(empty_at, clock.caller);
+    drop(limiter);
     // Never deletes the key: it holds the units just recorded.
     let expiry = settle(&key, c"rl.charge", empty_at, clock.lag, before);
     propagate(ctx, name, mode, "RL.CHARGE", |line| {

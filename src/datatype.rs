@@ -9,7 +9,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use redis_module::{logging, native_types::RedisType, raw};
 
 use crate::args::AsBytes;
-use crate::value::{self, Held, Kind, Limiter};
+use crate::value::{self, Kind, Lent, Limiter};
 
 /// The encoding version Redis stores in RDB files next to each value. Version 1 is a single
 /// string holding [`Limiter::encode`]'s bytes.
@@ -53,8 +53,8 @@ fn guard<T>(what: &str, fallback: T, f: impl FnOnce() -> T) -> T {
 
 /// # Safety
 /// `value` must be a key's value, made by `value::into_raw`, that Redis lends the callback.
-unsafe fn limiter<'a>(value: *const c_void) -> Option<Held<'a>> {
-    value::borrow_raw(value.cast_mut())
+unsafe fn limiter<'a>(value: *const c_void) -> Option<Lent<'a>> {
+    value::lend_raw(value.cast_mut())
 }
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
@@ -138,11 +138,12 @@ unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *cons
 }
 
 /// May run in Redis's lazy-free thread, concurrently with commands: it only hands memory back
-/// to the allocator (thread-safe) and touches no other state (a panic is logged with no
-/// context, which Redis allows from any thread).
+/// to the allocator (thread-safe) and a compact state's reference to its parameter set back
+/// to the shared table (under its lock, see `intern`), and touches no other state (a panic
+/// is logged with no context, which Redis allows from any thread).
 unsafe extern "C" fn free(value: *mut c_void) {
     if !value.is_null() {
-        guard("free", (), || drop(value::from_raw(value)));
+        guard("free", (), || value::free_raw(value));
     }
 }
 
@@ -174,8 +175,10 @@ unsafe extern "C" fn copy(
     _to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
-    guard("copy", std::ptr::null_mut(), || match limiter(value) {
-        Some(l) => value::into_raw(Limiter::clone(&l)),
-        None => std::ptr::null_mut(),
+    guard("copy", std::ptr::null_mut(), || {
+        if value.is_null() {
+            return std::ptr::null_mut();
+        }
+        value::copy_raw(value.cast_mut())
     })
 }

@@ -280,6 +280,7 @@ fn acquire_on(
     if !changed {
         return Ok(Answer { decision, id: None });
     }
+    drop(held);
     if let Some(leases) = created {
         key.set(Limiter::Lease(Box::new(leases)))?;
     }
@@ -407,6 +408,7 @@ fn change<A: AsBytes>(
         .resetting_at(empty_at, clock.caller);
     let event = if extend { c"rl.extend" } else { c"rl.release" };
     // May delete the key: nothing may read the leases afterwards.
+    drop(held);
     let expiry = commands::settle(&key, event, empty_at, clock.lag, before);
     propagate(ctx, name, mode, || {
         let mut words: SmallVec<[Word; 4]> = smallvec::smallvec![Word::Id(&req.id)];

@@ -21,6 +21,7 @@ mod config;
 mod datatype;
 mod effect;
 pub mod error;
+mod intern;
 mod lease;
 mod stats;
 mod store;

@@ -70,4 +70,11 @@ pub fn info(ctx: &InfoContext, _for_crash_report: bool) {
         }
         raw::add_info_end_dict_field(ctx.ctx);
     }
+    // The parameter sets that buckets and fixed windows share (see `value`): when all the
+    // slots are taken, new sets go to keys' wide form (32 bytes instead of 16).
+    raw::add_info_section(ctx.ctx, Some("params"));
+    let live = crate::intern::TABLE.live() as u64;
+    raw::add_info_field_unsigned_long_long(ctx.ctx, "param_sets", live);
+    let slots = crate::intern::SLOTS as u64;
+    raw::add_info_field_unsigned_long_long(ctx.ctx, "param_slots", slots);
 }

@@ -38,6 +38,7 @@ impl<'a> Key<'a> {
     }
 
     /// The limiter the key holds, `None` for a missing key, WRONGTYPE for another type.
+    #[inline]
     pub fn limiter(&mut self) -> Result<Option<Held<'_>>, Error> {
         if self.key.is_null() {
             return Ok(None);
@@ -58,7 +59,8 @@ impl<'a> Key<'a> {
                 let Some(get_value) = raw::RedisModule_ModuleTypeGetValue else {
                     return Err(Error::MissingApi("ModuleTypeGetValue"));
                 };
-                return Ok(value::borrow_raw(get_value(self.key)));
+                let replace = (self.key.cast(), replace_value as value::Replace);
+                return Ok(value::borrow_raw(get_value(self.key), Some(replace)));
             }
             let Some(key_type) = raw::RedisModule_KeyType else {
                 return Err(Error::MissingApi("KeyType"));
@@ -73,6 +75,7 @@ impl<'a> Key<'a> {
 
     /// Stores `limiter`, replacing (and freeing) any previous limiter. Redis drops the TTL.
     pub fn set(&self, limiter: Limiter) -> Result<(), Error> {
+        // `let ... else` rather than `ok_or` (see `limiter`).
         let Some(set_value) = (unsafe { raw::RedisModule_ModuleTypeSetValue }) else {
             return Err(Error::MissingApi("ModuleTypeSetValue"));
         };
@@ -175,6 +178,22 @@ impl Drop for Key<'_> {
             raw::close_key(self.key);
         }
     }
+}
+
+/// Puts `new` in place of the value of `key` (an open key of our type), keeping its expiry,
+/// without freeing the old value (see [`value::Replace`]).
+///
+/// # Safety
+/// `key` must be a key of our type open for writing, `new` a value from `value::into_raw`.
+unsafe fn replace_value(key: *mut std::ffi::c_void, new: *mut std::ffi::c_void) -> bool {
+    let Some(replace) = raw::RedisModule_ModuleTypeReplaceValue else {
+        return false;
+    };
+    let mut old = std::ptr::null_mut();
+    // SAFETY: as the caller promises; Redis hands the old value back in `old`, which the
+    // caller frees.
+    let status = unsafe { replace(key.cast(), *LIMITER_TYPE.raw_type.borrow(), new, &mut old) };
+    status == raw::REDISMODULE_OK as c_int
 }
 
 /// The server's clock in Unix milliseconds.

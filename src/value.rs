@@ -52,10 +52,14 @@
 //! The encoding is also the digest (`DEBUG DIGEST-VALUE`), so a key's digest changed with
 //! version 3: primaries and replicas compare digests only when they run the same build.
 //!
-//! In memory, a key's module value is a thin pointer: a `Box<Limiter>` for kinds 2 to 4; for
-//! kind 5 the sub-interval window's own block of words, tagged with the pointer's low bit, so
-//! that such a key costs its block and nothing more; for kind 1 the sliding log's own box,
-//! tagged with the next bit (see [`into_raw`]).
+//! In memory, a key's module value is a thin pointer to one allocation, its kind in the
+//! pointer's low bits (see [`into_raw`]): for kind 5 the sub-interval window's own block of
+//! words, so that such a key costs its block and nothing more; for kinds 1 and 6 their own
+//! box; for kinds 2 to 4 (buckets and fixed windows) 16 bytes, `latest` and the state that
+//! moves, their parameters interned in a table that keys share (`intern`: a 16-bit slot,
+//! counted), or, when they do not fit that form or the table is full, their own 32-byte box
+//! (see [`Packed`]). Either form answers, encodes and digests alike; a command changes a
+//! copy of the state and writes it back when its borrow ends (see [`Held`]).
 //!
 //! The encoding is canonical (the same logical state always gives the same bytes, one
 //! version per build), so it also serves as the digest.
@@ -74,6 +78,7 @@ use crate::algo::slide::SlidingLog;
 use crate::algo::subwin::{self, SubWindow};
 use crate::algo::{Decision, Limit, Millis, Window};
 use crate::codec::{put_varint, Malformed, Reader};
+use crate::intern;
 
 /// The encoding version this build writes (for kinds 1 to 5; leases: version 1, see the
 /// module docs). Older versions stay readable.
@@ -144,9 +149,9 @@ impl Kind {
 #[derive(Clone, Debug)]
 pub enum Limiter {
     Slide(Box<SlidingLog>),
-    Token(Box<Gcra>),
-    Leaky(Box<Gcra>),
-    Fixed(Box<FixedWindow>),
+    Token(Gcra),
+    Leaky(Gcra),
+    Fixed(FixedWindow),
     Subwin(SubWindow),
     Lease(Box<Leases>),
 }
@@ -172,21 +177,21 @@ impl Limiter {
 
     pub fn token_mut(&mut self) -> Option<&mut Gcra> {
         match self {
-            Limiter::Token(g) => Some(g.as_mut()),
+            Limiter::Token(g) => Some(g),
             _ => None,
         }
     }
 
     pub fn leaky_mut(&mut self) -> Option<&mut Gcra> {
         match self {
-            Limiter::Leaky(g) => Some(g.as_mut()),
+            Limiter::Leaky(g) => Some(g),
             _ => None,
         }
     }
 
     pub fn fixed_mut(&mut self) -> Option<&mut FixedWindow> {
         match self {
-            Limiter::Fixed(w) => Some(w.as_mut()),
+            Limiter::Fixed(w) => Some(w),
             _ => None,
         }
     }
@@ -546,9 +551,9 @@ impl Limiter {
                 }
                 let g = Gcra::from_parts(p, latest, debt).map_err(|e| Malformed(e.0))?;
                 if tag == 2 {
-                    Limiter::Token(Box::new(g))
+                    Limiter::Token(g)
                 } else {
-                    Limiter::Leaky(Box::new(g))
+                    Limiter::Leaky(g)
                 }
             }
             4 => {
@@ -568,7 +573,7 @@ impl Limiter {
                 };
                 let w =
                     FixedWindow::from_parts(p, latest, end, count).map_err(|e| Malformed(e.0))?;
-                Limiter::Fixed(Box::new(w))
+                Limiter::Fixed(w)
             }
             5 => {
                 let latest = r.varint()?;
@@ -660,32 +665,168 @@ fn unzigzag(z: u64, latest: Millis) -> Result<Millis, Malformed> {
 const VALUE_OBJECT: usize = 32;
 
 /// How a key's module value says which kind it holds: one allocation per key, the kind in
-/// the pointer's low bits. Bit 0 set: a sub-interval window's block of words (4-byte
-/// aligned, so only bit 0 is free). Bit 0 clear: the kind's own box (8-byte aligned), the
-/// kind in bits 1 and 2.
+/// the pointer's low bits. Bits 0 to 2 all set: a bucket's or fixed window's compact form
+/// ([`Packed`], 8-byte aligned), its kind in its parameter set. Otherwise, bit 0 set: a
+/// sub-interval window's block of words (4-byte aligned, so only bit 0 is free). Bit 0
+/// clear: the kind's own box (8-byte aligned), the kind in bits 1 and 2.
 const SUBWIN_BLOCK: usize = 1;
 const FIXED_BOX: usize = 0;
 const SLIDE_BOX: usize = 2;
 const TOKEN_BOX: usize = 4;
 const LEAKY_BOX: usize = 6;
 const BOX_TAGS: usize = 6;
-/// Bits 0 and 1 both set: a lease semaphore's box (8-byte aligned). A sub-interval block is
-/// 4-byte aligned, so its tagged pointer never has bit 1 set.
+/// Bits 0 and 1 set, bit 2 clear: a lease semaphore's box (8-byte aligned). A sub-interval
+/// block is 4-byte aligned, so its tagged pointer never has bit 1 set.
 const LEASE_BOX: usize = 3;
-const LEASE_TAGS: usize = 3;
+/// Bits 0 to 2 set: a [`Packed`] state.
+const COMPACT: usize = 7;
+const TAGS: usize = 7;
 
-// Boxes keep bits 1 and 2 free.
+// Boxes keep bits 0 to 2 free.
 const _: () = assert!(
     std::mem::align_of::<Leases>() >= 8
         && std::mem::align_of::<SlidingLog>() >= 8
         && std::mem::align_of::<Gcra>() >= 8
         && std::mem::align_of::<FixedWindow>() >= 8
+        && std::mem::align_of::<Packed>() >= 8
 );
 
+/// A bucket (kinds 2 and 3) or a fixed window (kind 4) in 16 bytes, its parameters interned
+/// in [`intern::TABLE`] (keys with the same parameters share them): `head` is `latest << 16
+/// | slot`; `tail` is a bucket's debt, or a window's `count << 32 | ahead` (see
+/// [`ahead32`]). A state that does not fit (a timestamp from 2^48 ms on, a window that ended
+/// long before its latest call) or whose parameters find no free slot is kept in its
+/// kind's own box instead, the wide form; the two answer, encode and digest alike.
+#[repr(C)]
+struct Packed {
+    head: u64,
+    tail: u64,
+}
+
+/// Bits of [`Packed::head`] below `latest`: the slot.
+const SLOT_BITS: u32 = 16;
+const LOW32: u64 = u32::MAX as u64;
+
+/// A fixed window's end as 32 bits relative to its latest call: `end - latest` when the
+/// window ends then or later (at most [`fixed::MAX_WINDOW_MS`]: a window never ends further
+/// ahead), `MAX_WINDOW_MS + (latest - end)` when it ended before; `None` when that is past
+/// 2^32 (a window that ended some 18 days before its latest call).
+fn ahead32(end: Millis, latest: Millis) -> Option<u64> {
+    let v = if end >= latest {
+        Some(end - latest).filter(|&d| d <= fixed::MAX_WINDOW_MS)
+    } else {
+        fixed::MAX_WINDOW_MS.checked_add(latest - end)
+    };
+    v.filter(|&v| v <= LOW32)
+}
+
+/// The end [`ahead32`] made of `v`.
+fn end_of(v: u64, latest: Millis) -> Millis {
+    if v <= fixed::MAX_WINDOW_MS {
+        latest + v
+    } else {
+        latest.saturating_sub(v - fixed::MAX_WINDOW_MS)
+    }
+}
+
+/// A bucket's parameter set: limit, window, burst and delay (each below 2^32).
+fn gcra_set(kind: Kind, g: &Gcra) -> intern::Set {
+    let p = g.params();
+    intern::Set {
+        kind: kind.tag(),
+        a: p.limit << 32 | p.window_ms,
+        b: p.burst << 32 | p.max_delay_ms,
+    }
+}
+
+/// A fixed window's parameter set: limit, the open window's length, ALIGN.
+fn fixed_set(w: &FixedWindow) -> intern::Set {
+    let p = w.params();
+    intern::Set {
+        kind: Kind::Fixed.tag(),
+        a: p.limit << 32 | p.window_ms,
+        b: u64::from(p.align),
+    }
+}
+
+/// The parameter set, `latest` and [`Packed::tail`] of a state that fits the compact form;
+/// `None` for other kinds and states that do not fit.
+#[inline]
+fn packed_parts(limiter: &Limiter) -> Option<(intern::Set, Millis, u64)> {
+    let (set, latest, tail) = match limiter {
+        Limiter::Token(g) => (gcra_set(Kind::Token, g), g.latest(), g.debt()),
+        Limiter::Leaky(g) => (gcra_set(Kind::Leaky, g), g.latest(), g.debt()),
+        Limiter::Fixed(w) => {
+            let ahead = ahead32(w.end(), w.latest())?;
+            let tail = u64::from(w.count()) << 32 | ahead;
+            (fixed_set(w), w.latest(), tail)
+        }
+        _ => return None,
+    };
+    (latest >> (64 - SLOT_BITS) == 0).then_some((set, latest, tail))
+}
+
+/// The state a [`Packed`] holds, and the slot of its parameters.
+#[inline]
+fn unpack(p: &Packed) -> (Limiter, u16) {
+    let slot = p.head as u16;
+    let latest = p.head >> SLOT_BITS;
+    let set = intern::TABLE.get(slot);
+    let limiter = match set.kind {
+        2 | 3 => {
+            let params = Params {
+                limit: set.a >> 32,
+                window_ms: set.a & LOW32,
+                burst: set.b >> 32,
+                max_delay_ms: set.b & LOW32,
+            };
+            let g = Gcra::with_state(&params, latest, p.tail);
+            if set.kind == 2 {
+                Limiter::Token(g)
+            } else {
+                Limiter::Leaky(g)
+            }
+        }
+        _ => {
+            let params = fixed::Params {
+                limit: set.a >> 32,
+                window_ms: set.a & LOW32,
+                align: set.b != 0,
+            };
+            let end = end_of(p.tail & LOW32, latest);
+            let count = (p.tail >> 32) as u32;
+            Limiter::Fixed(FixedWindow::with_state(&params, latest, end, count))
+        }
+    };
+    (limiter, slot)
+}
+
+/// The compact form of `limiter`, tagged, holding a reference to its parameters' slot;
+/// `None` when it does not fit or the table is full.
+fn into_compact(limiter: &Limiter) -> Option<*mut c_void> {
+    let (set, latest, tail) = packed_parts(limiter)?;
+    let slot = intern::TABLE.intern(set)?;
+    let head = latest << SLOT_BITS | u64::from(slot);
+    let packed = Box::into_raw(Box::new(Packed { head, tail }));
+    if packed.addr() & TAGS != 0 {
+        // Not reached: the allocator honours the 8-byte alignment every box here needs. Should
+        // it not, the state goes to its wide box rather than to a pointer the tag would spoil.
+        // SAFETY: just made, and used by nothing else.
+        drop(unsafe { Box::from_raw(packed) });
+        intern::TABLE.release(slot);
+        return None;
+    }
+    Some(packed.map_addr(|a| a | COMPACT).cast())
+}
+
 /// Turns a limiter into the pointer a key holds; [`from_raw`] or [`borrow_raw`] read it back.
+/// A bucket or fixed window takes its compact form when it can (see [`Packed`]).
 pub fn into_raw(limiter: Limiter) -> *mut c_void {
     fn tagged<T>(b: Box<T>, tag: usize) -> *mut c_void {
         Box::into_raw(b).map_addr(|a| a | tag).cast()
+    }
+    if let Some(raw) = into_compact(&limiter) {
+        return raw;
     }
     match limiter {
         Limiter::Subwin(w) => {
@@ -693,22 +834,79 @@ pub fn into_raw(limiter: Limiter) -> *mut c_void {
             block.map_addr(|a| a | SUBWIN_BLOCK).cast()
         }
         Limiter::Slide(log) => tagged(log, SLIDE_BOX),
-        Limiter::Token(g) => tagged(g, TOKEN_BOX),
-        Limiter::Leaky(g) => tagged(g, LEAKY_BOX),
-        Limiter::Fixed(w) => tagged(w, FIXED_BOX),
+        Limiter::Token(g) => tagged(Box::new(g), TOKEN_BOX),
+        Limiter::Leaky(g) => tagged(Box::new(g), LEAKY_BOX),
+        Limiter::Fixed(w) => tagged(Box::new(w), FIXED_BOX),
         Limiter::Lease(l) => tagged(l, LEASE_BOX),
     }
 }
 
-/// Takes back the limiter behind `raw`.
+/// Frees the value behind `raw` (the type's `free` callback, which may run in Redis's
+/// lazy-free thread): a compact state gives back its parameters' slot without being
+/// unpacked.
+///
+/// # Safety
+/// As for [`from_raw`].
+pub unsafe fn free_raw(raw: *mut c_void) {
+    if raw.addr() & TAGS == COMPACT {
+        // SAFETY: tagged COMPACT: a `Packed` from `into_compact`, now ours.
+        let packed = unsafe { Box::from_raw(raw.map_addr(|a| a & !TAGS).cast::<Packed>()) };
+        intern::TABLE.release(packed.head as u16);
+        return;
+    }
+    // SAFETY: as the caller promises.
+    drop(unsafe { from_raw(raw) });
+}
+
+/// A copy of the value behind `raw`, for a new key (`COPY`): a compact state shares its
+/// parameters' slot (no hashing).
+///
+/// # Safety
+/// `raw` must come from [`into_raw`] and not have been freed.
+pub unsafe fn copy_raw(raw: *mut c_void) -> *mut c_void {
+    if raw.addr() & TAGS == COMPACT {
+        // SAFETY: tagged COMPACT: a live `Packed` from `into_compact`.
+        let Packed { head, tail } = unsafe { &*raw.map_addr(|a| a & !TAGS).cast::<Packed>() };
+        let (head, tail, slot) = (*head, *tail, *head as u16);
+        if intern::TABLE.retain(slot) {
+            let copy = Box::into_raw(Box::new(Packed { head, tail }));
+            if copy.addr() & TAGS == 0 {
+                return copy.map_addr(|a| a | COMPACT).cast();
+            }
+            // Not reached (see `into_compact`).
+            // SAFETY: just made, and used by nothing else.
+            drop(unsafe { Box::from_raw(copy) });
+            intern::TABLE.release(slot);
+        }
+    }
+    // SAFETY: as the caller promises.
+    match unsafe { lend_raw(raw) } {
+        Some(l) => into_raw(Limiter::clone(&l)),
+        None => std::ptr::null_mut(),
+    }
+}
+
+/// Takes back the limiter behind `raw`, freeing what the key held (and, for a compact state,
+/// its reference to its parameters).
 ///
 /// # Safety
 /// `raw` must come from [`into_raw`] and not have been freed; the caller owns the result, so
 /// nothing may use `raw` afterwards.
 pub unsafe fn from_raw(raw: *mut c_void) -> Limiter {
-    if raw.addr() & LEASE_TAGS == LEASE_BOX {
-        // SAFETY: bits 0 and 1 set: the box of a lease semaphore (see LEASE_BOX).
-        return Limiter::Lease(unsafe { Box::from_raw(raw.map_addr(|a| a & !LEASE_TAGS).cast()) });
+    let untagged = raw.map_addr(|a| a & !TAGS);
+    match raw.addr() & TAGS {
+        COMPACT => {
+            // SAFETY: tagged COMPACT: a `Packed` from `into_compact`, now ours.
+            let packed = unsafe { Box::from_raw(untagged.cast::<Packed>()) };
+            let (limiter, slot) = unpack(&packed);
+            intern::TABLE.release(slot);
+            return limiter;
+        }
+        LEASE_BOX => {
+            // SAFETY: bits 0 and 1 set, bit 2 clear: the box of a lease semaphore.
+            return Limiter::Lease(unsafe { Box::from_raw(untagged.cast()) });
+        }
+        _ => {}
     }
     if raw.addr() & SUBWIN_BLOCK != 0 {
         let block = raw.map_addr(|a| a & !SUBWIN_BLOCK).cast::<u32>();
@@ -725,43 +923,248 @@ pub unsafe fn from_raw(raw: *mut c_void) -> Limiter {
     unsafe {
         match raw.addr() & BOX_TAGS {
             SLIDE_BOX => Limiter::Slide(Box::from_raw(untagged.cast())),
-            TOKEN_BOX => Limiter::Token(Box::from_raw(untagged.cast())),
-            LEAKY_BOX => Limiter::Leaky(Box::from_raw(untagged.cast())),
-            _ => Limiter::Fixed(Box::from_raw(untagged.cast())),
+            TOKEN_BOX => Limiter::Token(*Box::from_raw(untagged.cast())),
+            LEAKY_BOX => Limiter::Leaky(*Box::from_raw(untagged.cast())),
+            _ => Limiter::Fixed(*Box::from_raw(untagged.cast())),
         }
     }
 }
 
-/// A limiter lent by the key that owns it: rebuilt around the key's allocation and never
-/// dropped (the key still owns it), so changes are made in place. It must not be replaced
-/// through this borrow (store a new value in the key instead).
-pub struct Held<'a>(ManuallyDrop<Limiter>, PhantomData<&'a mut Limiter>);
-
-/// Borrows the limiter behind `raw`, `None` for a null pointer.
+/// Reads the limiter behind `raw` without taking it: the allocation stays the key's.
 ///
 /// # Safety
-/// `raw` must come from [`into_raw`], stay alive for `'a` and not be used otherwise while
-/// the borrow lasts.
-pub unsafe fn borrow_raw<'a>(raw: *mut c_void) -> Option<Held<'a>> {
+/// `raw` must come from [`into_raw`] and not have been freed; the result must not be dropped
+/// (its in-place kinds still own the key's allocation).
+#[inline]
+unsafe fn read_raw(raw: *mut c_void) -> Limiter {
+    let untagged = raw.map_addr(|a| a & !TAGS);
+    // The common case first, without a jump table.
+    if raw.addr() & TAGS == COMPACT {
+        // SAFETY: tagged COMPACT: a live `Packed` from `into_compact`.
+        return unpack(unsafe { &*untagged.cast::<Packed>() }).0;
+    }
+    match raw.addr() & TAGS {
+        // SAFETY (the wide boxes): the tag says which box `into_raw` made; copied, the box
+        // left as it is.
+        TOKEN_BOX => Limiter::Token(unsafe { (*untagged.cast::<Gcra>()).clone() }),
+        LEAKY_BOX => Limiter::Leaky(unsafe { (*untagged.cast::<Gcra>()).clone() }),
+        FIXED_BOX => Limiter::Fixed(unsafe { (*untagged.cast::<FixedWindow>()).clone() }),
+        // SAFETY: as for `from_raw`; the caller keeps the allocation with the key.
+        _ => unsafe { from_raw(raw) },
+    }
+}
+
+/// A limiter lent for reading by the key that owns it (the type's callbacks: save, digest,
+/// memory usage, copy).
+pub struct Lent<'a> {
+    limiter: ManuallyDrop<Limiter>,
+    raw: *mut c_void,
+    _key: PhantomData<&'a Limiter>,
+}
+
+/// Lends the limiter behind `raw` for reading, `None` for a null pointer.
+///
+/// # Safety
+/// `raw` must come from [`into_raw`] and stay alive and unchanged for `'a`.
+#[inline]
+pub unsafe fn lend_raw<'a>(raw: *mut c_void) -> Option<Lent<'a>> {
     if raw.is_null() {
         return None;
     }
-    // SAFETY: as for `from_raw`; ManuallyDrop keeps the allocation with the key.
-    let limiter = unsafe { from_raw(raw) };
-    Some(Held(ManuallyDrop::new(limiter), PhantomData))
+    Some(Lent {
+        // SAFETY: as for `read_raw`; ManuallyDrop keeps the allocation with the key.
+        limiter: ManuallyDrop::new(unsafe { read_raw(raw) }),
+        raw,
+        _key: PhantomData,
+    })
+}
+
+impl Lent<'_> {
+    /// [`Limiter::mem_usage`] for the form the key really holds (16 bytes for a compact
+    /// state).
+    pub fn mem_usage(&self) -> usize {
+        if self.raw.addr() & TAGS == COMPACT {
+            VALUE_OBJECT + class_ceil(std::mem::size_of::<Packed>())
+        } else {
+            self.limiter.mem_usage()
+        }
+    }
+}
+
+impl Deref for Lent<'_> {
+    type Target = Limiter;
+
+    fn deref(&self) -> &Limiter {
+        &self.limiter
+    }
+}
+
+/// Puts `new` (from [`into_raw`]) in place of the value of the key `key` without freeing the
+/// old one or touching the key's expiry; false when it could not.
+pub type Replace = unsafe fn(key: *mut c_void, new: *mut c_void) -> bool;
+
+/// A limiter lent by the key that owns it, for a command to change. Logs, rings and leases
+/// are rebuilt around the key's allocation and changed in place; buckets and fixed windows
+/// are copied out and, once changed (through `DerefMut`), written back when the borrow ends:
+/// packed again, under a new parameter slot when their parameters changed, or moved to
+/// their wide box (through `replace`) when they no longer fit. It must not be replaced by
+/// another kind through this borrow (store a new value in the key instead).
+pub struct Held<'a> {
+    lent: Lent<'a>,
+    changed: bool,
+    /// The key and how to replace its value.
+    replace: Option<(*mut c_void, Replace)>,
+    _key: PhantomData<&'a mut Limiter>,
+}
+
+/// Borrows the limiter behind `raw`, `None` for a null pointer. `replace` is how to give the
+/// key another value, should a changed state no longer fit its allocation (without it, such
+/// a change is lost).
+///
+/// # Safety
+/// `raw` must come from [`into_raw`], stay alive for `'a` and not be used otherwise while
+/// the borrow lasts; `replace`'s key must be the one holding `raw`, open for writing.
+#[inline]
+pub unsafe fn borrow_raw<'a>(
+    raw: *mut c_void,
+    replace: Option<(*mut c_void, Replace)>,
+) -> Option<Held<'a>> {
+    // SAFETY: as for `lend_raw`.
+    let lent = unsafe { lend_raw(raw) }?;
+    Some(Held {
+        lent,
+        changed: false,
+        replace,
+        _key: PhantomData,
+    })
+}
+
+impl Held<'_> {
+    /// As [`Lent::mem_usage`].
+    pub fn mem_usage(&self) -> usize {
+        self.lent.mem_usage()
+    }
+
+    /// Says that nothing was changed through `DerefMut` after all (a refused call): nothing
+    /// is written back.
+    pub fn unchanged(&mut self) {
+        self.changed = false;
+    }
+
+    /// Writes a changed compact state back to the key when its parameters are the same
+    /// (a call on a live key: the hot path); false, changing nothing, for any other case.
+    #[inline(always)]
+    fn repack_in_place(&self) -> bool {
+        let raw = self.lent.raw;
+        if raw.addr() & TAGS != COMPACT {
+            return false;
+        }
+        let Some((set, latest, tail)) = packed_parts(&self.lent.limiter) else {
+            return false;
+        };
+        let packed = raw.map_addr(|a| a & !TAGS).cast::<Packed>();
+        // SAFETY: the key's `Packed`, lent to us (see `read_raw`).
+        let slot = unsafe { (*packed).head } as u16;
+        if set != intern::TABLE.get(slot) {
+            return false;
+        }
+        let head = latest << SLOT_BITS | u64::from(slot);
+        // SAFETY: as above.
+        unsafe { *packed = Packed { head, tail } };
+        true
+    }
+
+    /// Writes a changed bucket or fixed window back to the key: every case but
+    /// [`Held::repack_in_place`]'s.
+    #[cold]
+    #[inline(never)]
+    fn write_back(&mut self) {
+        let raw = self.lent.raw;
+        let at = raw.map_addr(|a| a & !TAGS);
+        let limiter = &*self.lent.limiter;
+        match (raw.addr() & TAGS, limiter) {
+            (COMPACT, _) => {
+                let packed = at.cast::<Packed>();
+                // SAFETY: the key's `Packed`, lent to us (see `read_raw`).
+                let slot = unsafe { (*packed).head } as u16;
+                if let Some((set, latest, tail)) = packed_parts(limiter) {
+                    let slot = if set == intern::TABLE.get(slot) {
+                        Some(slot)
+                    } else {
+                        // The parameters changed: a slot for the new ones, then the old one
+                        // given back.
+                        let new_slot = intern::TABLE.intern(set);
+                        if new_slot.is_some() {
+                            intern::TABLE.release(slot);
+                        }
+                        new_slot
+                    };
+                    if let Some(slot) = slot {
+                        let head = latest << SLOT_BITS | u64::from(slot);
+                        // SAFETY: as above.
+                        unsafe { *packed = Packed { head, tail } };
+                        return;
+                    }
+                }
+            }
+            // SAFETY: the wide box of the same kind, lent to us (see `read_raw`).
+            (TOKEN_BOX, Limiter::Token(g)) | (LEAKY_BOX, Limiter::Leaky(g)) => unsafe {
+                *at.cast::<Gcra>() = g.clone();
+                return;
+            },
+            (FIXED_BOX, Limiter::Fixed(w)) => unsafe {
+                *at.cast::<FixedWindow>() = w.clone();
+                return;
+            },
+            // Changed in place.
+            _ => return,
+        }
+        self.move_to_wide();
+    }
+
+    /// Gives the key a new value for a state that no longer fits its compact form: its wide
+    /// box (the parameters found no slot, or a time is out of the compact range).
+    #[cold]
+    #[inline(never)]
+    fn move_to_wide(&mut self) {
+        let Some((key, replace)) = self.replace else {
+            return;
+        };
+        let raw = self.lent.raw;
+        let new = into_raw(Limiter::clone(&self.lent.limiter));
+        // SAFETY: `key` holds `raw` (see `borrow_raw`), which is ours to free once replaced;
+        // `new` is ours to free if it was not taken.
+        unsafe {
+            if replace(key, new) {
+                drop(from_raw(raw));
+            } else {
+                drop(from_raw(new));
+            }
+        }
+    }
+}
+
+impl Drop for Held<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if self.changed && !self.repack_in_place() {
+            self.write_back();
+        }
+    }
 }
 
 impl Deref for Held<'_> {
     type Target = Limiter;
 
     fn deref(&self) -> &Limiter {
-        &self.0
+        &self.lent.limiter
     }
 }
 
 impl DerefMut for Held<'_> {
     fn deref_mut(&mut self) -> &mut Limiter {
-        &mut self.0
+        self.changed = true;
+        &mut self.lent.limiter
     }
 }
 
@@ -1138,6 +1541,15 @@ mod tests {
         }
     }
 
+    /// The tag of a key's value: which allocation it points to.
+    fn tag_of(raw: *mut c_void) -> usize {
+        match raw.addr() & TAGS {
+            COMPACT | LEASE_BOX => raw.addr() & TAGS,
+            t if t & SUBWIN_BLOCK != 0 => SUBWIN_BLOCK,
+            t => t,
+        }
+    }
+
     #[test]
     fn every_kind_is_one_allocation_the_key_points_to() {
         let p = subwin::Params {
@@ -1150,27 +1562,31 @@ mod tests {
         // SAFETY: `raw` was just made by `into_raw` and is used by nothing else.
         unsafe {
             {
-                let mut held = borrow_raw(raw).unwrap();
+                let mut held = borrow_raw(raw, None).unwrap();
                 held.subwin_mut().unwrap().acquire(1000, &p, 3);
                 // The object and module value, and the block in its size class.
                 assert_eq!(held.mem_usage(), VALUE_OBJECT + class_ceil(20 + 4 * 5));
             }
-            assert_eq!(borrow_raw(raw).unwrap().peek(1000).remaining, 7);
+            assert_eq!(borrow_raw(raw, None).unwrap().peek(1000).remaining, 7);
             assert_eq!(from_raw(raw).peek(1000).remaining, 7);
         }
         for (bytes, tag) in [
-            (FIXED_V1, FIXED_BOX),
-            (TOKEN_V1, TOKEN_BOX),
-            (LEAKY_V1, LEAKY_BOX),
+            (FIXED_V1, COMPACT),
+            (TOKEN_V1, COMPACT),
+            (LEAKY_V1, COMPACT),
             (SUBWIN_V1, SUBWIN_BLOCK),
         ] {
             let limiter = Limiter::decode(bytes).unwrap();
             let kind = limiter.kind();
             let raw = into_raw(limiter);
-            assert_eq!(raw.addr() & (BOX_TAGS | SUBWIN_BLOCK), tag, "{kind:?}");
+            assert_eq!(tag_of(raw), tag, "{kind:?}");
             // SAFETY: as above.
             unsafe {
-                let refund = borrow_raw(raw).unwrap().refund(1000, 1);
+                if tag == COMPACT {
+                    // The object and module value, and 16 bytes.
+                    assert_eq!(lend_raw(raw).unwrap().mem_usage(), VALUE_OBJECT + 16);
+                }
+                let refund = borrow_raw(raw, None).unwrap().refund(1000, 1);
                 let mut back = from_raw(raw);
                 assert_eq!(back.kind(), kind);
                 assert_eq!(back.peek(1000), refund);
@@ -1185,7 +1601,7 @@ mod tests {
     #[test]
     fn a_sliding_log_is_held_by_its_own_box() {
         let raw = into_raw(sample());
-        assert_eq!(raw.addr() & (BOX_TAGS | SUBWIN_BLOCK), SLIDE_BOX);
+        assert_eq!(tag_of(raw), SLIDE_BOX);
         let ws = [Window {
             limit: 10,
             window_ms: 1000,
@@ -1193,7 +1609,7 @@ mod tests {
         // SAFETY: `raw` was just made by `into_raw` and is used by nothing else.
         unsafe {
             {
-                let mut held = borrow_raw(raw).unwrap();
+                let mut held = borrow_raw(raw, None).unwrap();
                 let log = held.slide_mut().unwrap();
                 assert!(log.acquire(T0 + 302, &ws, 1).allowed);
                 // A retention (the 60 s window, used before this call's 1 s) spills the
@@ -1275,7 +1691,7 @@ mod tests {
             u64::MAX,
         )
         .unwrap();
-        let limiter = Limiter::Token(Box::new(g));
+        let limiter = Limiter::Token(g);
         assert_eq!(limiter.with_encoding(<[u8]>::to_vec), limiter.encode());
     }
 
@@ -1415,9 +1831,9 @@ mod tests {
         let mut sub = SubWindow::new(&sub_p);
         sub.acquire(T, &sub_p, 1);
         for limiter in [
-            Limiter::Token(Box::new(token)),
-            Limiter::Leaky(Box::new(leaky)),
-            Limiter::Fixed(Box::new(fixed)),
+            Limiter::Token(token),
+            Limiter::Leaky(leaky),
+            Limiter::Fixed(fixed),
             Limiter::Slide(Box::new(log)),
             Limiter::Subwin(sub),
         ] {
@@ -1507,7 +1923,7 @@ mod tests {
         assert_eq!(limiter.empty_at(), Some(T0 + 30_000));
         assert_eq!(limiter.encode(), LEASE_V1);
         let raw = into_raw(limiter);
-        assert_eq!(raw.addr() & LEASE_TAGS, LEASE_BOX);
+        assert_eq!(raw.addr() & TAGS, LEASE_BOX);
         // SAFETY: `raw` was just made by `into_raw` and is used by nothing else.
         let back = unsafe { from_raw(raw) };
         assert_eq!(back.encode(), LEASE_V1);
@@ -1564,6 +1980,120 @@ mod tests {
             }
             Damage::Cut(p) => bytes.truncate(at(p, bytes.len() + 1)),
             _ => {}
+        }
+    }
+
+    /// A bucket or fixed window with valid parameters and any state the algorithms accept.
+    fn small_state() -> impl Strategy<Value = Limiter> {
+        use crate::algo::gcra::{MAX_RATE_LIMIT, MAX_WINDOW_MS};
+        use crate::algo::MAX_TIMESTAMP;
+        let gcra = (
+            any::<bool>(),
+            1..=MAX_RATE_LIMIT,
+            1..=MAX_WINDOW_MS,
+            1..=MAX_RATE_LIMIT,
+            0..=MAX_WINDOW_MS,
+            0..=MAX_TIMESTAMP,
+            any::<u64>(),
+        )
+            .prop_map(
+                |(leaky, limit, window_ms, burst, max_delay_ms, latest, debt)| {
+                    let p = Params {
+                        limit,
+                        window_ms,
+                        burst,
+                        max_delay_ms: if leaky { max_delay_ms } else { 0 },
+                    };
+                    let g = Gcra::from_parts(p, latest, debt).unwrap();
+                    if leaky {
+                        Limiter::Leaky(g)
+                    } else {
+                        Limiter::Token(g)
+                    }
+                },
+            );
+        // Ends around `latest`, some too long before it for the compact form.
+        let fixed = (
+            1..=fixed::MAX_LIMIT,
+            1..=fixed::MAX_WINDOW_MS,
+            any::<bool>(),
+            0..=MAX_TIMESTAMP,
+            -(3 * fixed::MAX_WINDOW_MS as i64)..=(fixed::MAX_WINDOW_MS as i64),
+            any::<u32>(),
+        )
+            .prop_map(|(limit, window_ms, align, latest, ahead, count)| {
+                let p = fixed::Params {
+                    limit,
+                    window_ms,
+                    align,
+                };
+                let end = latest.saturating_add_signed(ahead);
+                let w = FixedWindow::from_parts(p, latest, end, u64::from(count)).unwrap();
+                Limiter::Fixed(w)
+            });
+        prop_oneof![gcra, fixed]
+    }
+
+    /// A key's value for the tests: the value the "key" holds, which `swap_cell` replaces.
+    unsafe fn swap_cell(key: *mut c_void, new: *mut c_void) -> bool {
+        // SAFETY: the tests pass a pointer to a live `*mut c_void`.
+        unsafe { *key.cast::<*mut c_void>() = new };
+        true
+    }
+
+    proptest! {
+        /// A state stored in a key reads back as it was, in its compact form whenever it fits
+        /// one, and a change made through a borrow reads back as the same change made to the
+        /// plain state, whatever form it is written back in.
+        #[test]
+        fn stored_states_read_back_as_they_were(
+            state in small_state(),
+            dt in 0u64..200_000,
+            cost in 0u64..5,
+            limit in 1u64..1000,
+            window_ms in 1u64..100_000,
+        ) {
+            let fits = packed_parts(&state).is_some();
+            let mut cell = into_raw(state.clone());
+            prop_assert_eq!(cell.addr() & TAGS == COMPACT, fits);
+            let plain = format!("{state:?}");
+            // SAFETY: `cell` holds a value from `into_raw` until `from_raw` takes it.
+            unsafe {
+                {
+                    let lent = lend_raw(cell).unwrap();
+                    prop_assert_eq!(format!("{:?}", *lent), plain.clone());
+                    prop_assert_eq!(lent.with_encoding(<[u8]>::to_vec), state.encode());
+                    let own = if fits { 16 } else { 32 };
+                    prop_assert_eq!(lent.mem_usage(), VALUE_OBJECT + own);
+                }
+                // New parameters (a new slot), or the same (the slot kept).
+                let mut changed = state.clone();
+                let now = state.latest() + dt;
+                let key = std::ptr::addr_of_mut!(cell).cast::<c_void>();
+                let mut held = borrow_raw(cell, Some((key, swap_cell as Replace))).unwrap();
+                match (&mut changed, &mut *held) {
+                    (Limiter::Token(a), Limiter::Token(b)) | (Limiter::Leaky(a), Limiter::Leaky(b)) => {
+                        let p = Params { limit, window_ms, burst: limit, max_delay_ms: 0 };
+                        let p = if cost % 2 == 0 { a.params() } else { p };
+                        prop_assert_eq!(a.acquire(now, &p, cost), b.acquire(now, &p, cost));
+                    }
+                    (Limiter::Fixed(a), Limiter::Fixed(b)) => {
+                        let p = fixed::Params { limit, window_ms, align: cost == 3 };
+                        let p = if cost % 2 == 0 { a.params() } else { p };
+                        prop_assert_eq!(a.acquire(now, &p, cost), b.acquire(now, &p, cost));
+                        // A refund long after: the window ended long before.
+                        if cost == 4 {
+                            let later = now + 40 * 86_400_000;
+                            prop_assert_eq!(a.refund(later, 1), b.refund(later, 1));
+                        }
+                    }
+                    _ => prop_assert!(false, "another kind"),
+                }
+                drop(held);
+                let back = from_raw(cell);
+                prop_assert_eq!(format!("{back:?}"), format!("{changed:?}"));
+                prop_assert_eq!(back.encode(), changed.encode());
+            }
         }
     }
 

@@ -100,6 +100,24 @@ impl FixedWindow {
         }
     }
 
+    /// A window with `p` as its parameters (see [`FixedWindow::params`]) and `latest`,
+    /// `end` and `count` as they are, unchecked: for the parts of a window that was valid (a
+    /// key's compact form, see `value`); [`FixedWindow::from_parts`] checks persisted ones.
+    pub fn with_state(p: &Params, latest: Millis, end: Millis, count: u32) -> FixedWindow {
+        FixedWindow {
+            latest,
+            end,
+            count,
+            ..FixedWindow::new(p)
+        }
+    }
+
+    /// The count as kept, which once the window has ended means nothing (see
+    /// [`FixedWindow::count_at`]).
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
     /// When the current window ends (0 before the first one).
     pub fn end(&self) -> Millis {
         self.end

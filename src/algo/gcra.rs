@@ -109,6 +109,17 @@ impl Gcra {
         })
     }
 
+    /// A bucket with `p` as its parameters and `latest` and `debt` as they are, unchecked:
+    /// for the parts of a bucket that was valid (a key's compact form, see `value`);
+    /// [`Gcra::from_parts`] checks persisted ones.
+    pub fn with_state(p: &Params, latest: Millis, debt: u64) -> Gcra {
+        Gcra {
+            latest,
+            debt,
+            ..Gcra::new(p)
+        }
+    }
+
     /// The parameters the bucket last recorded under.
     pub fn params(&self) -> Params {
         Params {

@@ -1,0 +1,325 @@
+//! A process-wide table of parameter sets, each with a reference count, so that a key
+//! holds a 16-bit slot number instead of its parameters (see `value`'s compact form).
+//!
+//! Reading a slot (`get`) takes no lock: a slot's parameters are written only while no key
+//! refers to it, under the lock, and a key that holds a slot keeps it. Taking and giving
+//! back slots (`intern`, `retain`, `release`) takes the lock: they happen when a key is
+//! created, copied, loaded or freed, or changes parameters, and `release` may run in
+//! Redis's lazy-free thread (a value freed by UNLINK, FLUSHALL ASYNC, lazy expiry), at the
+//! same time as commands on the main thread. Nothing here panics: a poisoned lock is taken
+//! over as it is (no update leaves it half done), and a full table answers `None`.
+//!
+//! Fork children (RDB save, AOF rewrite) only read slots, never the lock, so a lock held by
+//! another thread when the server forked cannot block them.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+/// A parameter set: the kind's tag and two words of parameters (see `value`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Set {
+    pub kind: u8,
+    pub a: u64,
+    pub b: u64,
+}
+
+/// The slots of the process-wide table: a slot number is 16 bits.
+pub const SLOTS: usize = 1 << 16;
+
+/// The table every key's compact value refers to.
+pub static TABLE: Table<SLOTS> = Table::new();
+
+/// One slot's parameter set, readable without the lock.
+struct Slot {
+    kind: AtomicU64,
+    a: AtomicU64,
+    b: AtomicU64,
+}
+
+/// Slot numbers to parameter sets, with a reference count for each.
+pub struct Table<const N: usize> {
+    slots: [Slot; N],
+    inner: Mutex<Inner>,
+}
+
+/// What the lock guards.
+struct Inner {
+    /// Each live set's slot (made at the first `intern`).
+    index: Option<HashMap<Set, u16>>,
+    /// The reference count of every slot used so far (0: free).
+    refs: Vec<u32>,
+    /// Slots whose count went back to 0, to be taken again before new ones.
+    free: Vec<u16>,
+    /// Slots with a count above 0.
+    live: usize,
+    /// The last set interned and its slot: keys made one after another with the same
+    /// parameters (a load, a burst of new keys) skip the hashing.
+    last: Option<(Set, u16)>,
+}
+
+impl<const N: usize> Table<N> {
+    /// An empty table (`N` at most 2^16).
+    pub const fn new() -> Self {
+        assert!(N <= SLOTS);
+        Table {
+            slots: [const {
+                Slot {
+                    kind: AtomicU64::new(0),
+                    a: AtomicU64::new(0),
+                    b: AtomicU64::new(0),
+                }
+            }; N],
+            inner: Mutex::new(Inner {
+                index: None,
+                refs: Vec::new(),
+                free: Vec::new(),
+                live: 0,
+                last: None,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Every update under the lock is complete or not begun (nothing in it panics but an
+        // allocation failure, which aborts): a poisoned lock holds consistent data.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The parameter set of `slot`, which the caller holds a reference to (through a key):
+    /// no lock. An unknown slot reads as an empty set of kind 0.
+    #[inline]
+    pub fn get(&self, slot: u16) -> Set {
+        match self.slots.get(usize::from(slot)) {
+            Some(s) => Set {
+                kind: s.kind.load(Ordering::Relaxed) as u8,
+                a: s.a.load(Ordering::Relaxed),
+                b: s.b.load(Ordering::Relaxed),
+            },
+            None => Set {
+                kind: 0,
+                a: 0,
+                b: 0,
+            },
+        }
+    }
+
+    /// A reference to the slot holding `set`, which gets one if none does; `None` when
+    /// every slot holds another set (or a count would overflow).
+    pub fn intern(&self, set: Set) -> Option<u16> {
+        let mut inner = self.lock();
+        if let Some((last, slot)) = inner.last {
+            if last == set && inner.add_ref(slot) {
+                return Some(slot);
+            }
+        }
+        let found = inner.index.as_ref().and_then(|m| m.get(&set).copied());
+        let slot = match found {
+            Some(slot) => {
+                if !inner.add_ref(slot) {
+                    return None;
+                }
+                slot
+            }
+            None => {
+                let slot = match inner.free.pop() {
+                    Some(slot) => slot,
+                    None if inner.refs.len() < N => {
+                        inner.refs.push(0);
+                        u16::try_from(inner.refs.len() - 1).ok()?
+                    }
+                    None => return None,
+                };
+                let s = self.slots.get(usize::from(slot))?;
+                s.kind.store(u64::from(set.kind), Ordering::Relaxed);
+                s.a.store(set.a, Ordering::Relaxed);
+                s.b.store(set.b, Ordering::Relaxed);
+                inner
+                    .index
+                    .get_or_insert_with(HashMap::new)
+                    .insert(set, slot);
+                inner.add_ref(slot);
+                inner.live += 1;
+                slot
+            }
+        };
+        inner.last = Some((set, slot));
+        Some(slot)
+    }
+
+    /// One more reference to `slot`, which the caller holds already (a copy of a key):
+    /// false when the count would overflow.
+    pub fn retain(&self, slot: u16) -> bool {
+        let mut inner = self.lock();
+        inner.refs.get(usize::from(slot)).is_some_and(|&n| n > 0) && inner.add_ref(slot)
+    }
+
+    /// Gives back one reference to `slot`; the slot is free once none is left.
+    pub fn release(&self, slot: u16) {
+        let mut inner = self.lock();
+        let Some(n) = inner.refs.get_mut(usize::from(slot)) else {
+            return;
+        };
+        if *n == 0 {
+            return;
+        }
+        *n -= 1;
+        if *n > 0 {
+            return;
+        }
+        let set = self.get(slot);
+        if let Some(index) = inner.index.as_mut() {
+            index.remove(&set);
+        }
+        if inner.last.is_some_and(|(_, s)| s == slot) {
+            inner.last = None;
+        }
+        inner.free.push(slot);
+        inner.live -= 1;
+    }
+
+    /// Slots in use: parameter sets some key holds.
+    pub fn live(&self) -> usize {
+        self.lock().live
+    }
+
+    /// The references to `slot` (tests).
+    #[cfg(test)]
+    pub fn refs(&self, slot: u16) -> u32 {
+        self.lock()
+            .refs
+            .get(usize::from(slot))
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+impl Inner {
+    /// Adds a reference to a slot in use (or just taken); false on overflow.
+    fn add_ref(&mut self, slot: u16) -> bool {
+        match self.refs.get_mut(usize::from(slot)) {
+            Some(n) => match n.checked_add(1) {
+                Some(m) => {
+                    *n = m;
+                    true
+                }
+                None => false,
+            },
+            None => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(i: u64) -> Set {
+        Set {
+            kind: 2,
+            a: i << 32 | 1000,
+            b: i,
+        }
+    }
+
+    #[test]
+    fn equal_sets_share_a_slot_until_the_last_reference_goes() {
+        let t: Box<Table<8>> = Box::new(Table::new());
+        let a = t.intern(set(1)).unwrap();
+        let b = t.intern(set(2)).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(t.intern(set(1)), Some(a));
+        assert_eq!(t.get(a), set(1));
+        assert_eq!(t.get(b), set(2));
+        assert_eq!((t.refs(a), t.refs(b), t.live()), (2, 1, 2));
+        assert!(t.retain(a));
+        assert_eq!(t.refs(a), 3);
+        for _ in 0..3 {
+            t.release(a);
+        }
+        assert_eq!((t.refs(a), t.live()), (0, 1));
+        // A free slot cannot be retained, nor released below zero.
+        assert!(!t.retain(a));
+        t.release(a);
+        assert_eq!(t.refs(a), 0);
+        // The free slot is taken again first, by another set.
+        let c = t.intern(set(3)).unwrap();
+        assert_eq!(c, a);
+        assert_eq!(t.get(c), set(3));
+        // set(1) is no longer known: it takes a new slot.
+        let d = t.intern(set(1)).unwrap();
+        assert!(d != a && d != b);
+        assert_eq!(t.live(), 3);
+    }
+
+    #[test]
+    fn a_full_table_answers_none_until_a_slot_is_free() {
+        let t: Box<Table<4>> = Box::new(Table::new());
+        let slots: Vec<u16> = (0..4).map(|i| t.intern(set(i)).unwrap()).collect();
+        assert_eq!(t.intern(set(9)), None);
+        // Sets already in the table still get references.
+        assert_eq!(t.intern(set(2)), Some(slots[2]));
+        t.release(slots[1]);
+        assert_eq!(t.intern(set(9)), Some(slots[1]));
+        assert_eq!(t.intern(set(10)), None);
+        assert_eq!(t.live(), 4);
+    }
+
+    #[test]
+    fn the_last_set_is_found_again_after_its_slot_went() {
+        let t: Box<Table<4>> = Box::new(Table::new());
+        let a = t.intern(set(1)).unwrap();
+        t.release(a);
+        // The cache must not hand out the freed slot for another set, nor for this one
+        // without counting it.
+        let b = t.intern(set(2)).unwrap();
+        assert_eq!(b, a);
+        let c = t.intern(set(1)).unwrap();
+        assert_ne!(c, b);
+        assert_eq!((t.get(b), t.get(c)), (set(2), set(1)));
+        assert_eq!((t.refs(b), t.refs(c)), (1, 1));
+    }
+
+    #[test]
+    fn threads_taking_and_giving_back_leave_the_counts_exact() {
+        let t: &'static Table<64> = Box::leak(Box::new(Table::new()));
+        let keep = t.intern(set(0)).unwrap();
+        let workers: Vec<_> = (0..4u64)
+            .map(|w| {
+                std::thread::spawn(move || {
+                    for i in 0..2000u64 {
+                        let s = set((w * 7 + i) % 16);
+                        let slot = t.intern(s).unwrap();
+                        assert_eq!(t.get(slot), s);
+                        assert!(t.retain(slot));
+                        t.release(slot);
+                        t.release(slot);
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        assert_eq!(t.live(), 1);
+        assert_eq!((t.refs(keep), t.get(keep)), (1, set(0)));
+        t.release(keep);
+        assert_eq!(t.live(), 0);
+    }
+
+    #[test]
+    fn a_poisoned_lock_is_taken_over() {
+        let t: &'static Table<4> = Box::leak(Box::new(Table::new()));
+        let a = t.intern(set(1)).unwrap();
+        let _ = std::thread::spawn(move || {
+            let _guard = t.lock();
+            panic!("poison the lock");
+        })
+        .join();
+        assert!(t.inner.is_poisoned());
+        assert_eq!(t.intern(set(1)), Some(a));
+        t.release(a);
+        t.release(a);
+        assert_eq!(t.live(), 0);
+    }
+}

@@ -164,6 +164,7 @@ pub fn subwin<A: AsBytes>(args: &[A]) -> Result<Subwin, Error> {
     })
 }
 
+#[inline(always)]
 fn rate<A: AsBytes>(args: &[A], allowed: &[Opt]) -> Result<(u64, u64, Parsed), Error> {
     let limit = positional(args, 2, "limit", 1, MAX_RATE_LIMIT)?;
     let window = positional(args, 3, "window_ms", 1, gcra::MAX_WINDOW_MS)?;

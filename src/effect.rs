@@ -192,7 +192,7 @@ const COMPACT_MAX_LEN: usize = 2 + (2 * crate::algo::slide::MAX_WINDOWS + 2) * 1
 /// the text takes 40, so that Redis's AOF and replication buffers grow less. [`expand`]
 /// turns it back into the text.
 pub struct Compact {
-    buf: [u8; COMPACT_MAX_LEN],
+    buf: [MaybeUninit<u8>; COMPACT_MAX_LEN],
     len: usize,
     ok: bool,
 }
@@ -202,20 +202,21 @@ impl Compact {
     #[inline(always)]
     pub fn new(command: &str) -> Compact {
         let code = command_code(command);
+        // Not zeroed: only the bytes written are ever read (see `as_bytes`).
         let mut out = Compact {
-            buf: [0; COMPACT_MAX_LEN],
+            buf: [const { MaybeUninit::uninit() }; COMPACT_MAX_LEN],
             len: 2,
             ok: code.is_some(),
         };
-        out.buf[0] = COMPACT;
-        out.buf[1] = code.unwrap_or(0);
+        out.buf[0].write(COMPACT);
+        out.buf[1].write(code.unwrap_or(0));
         out
     }
 
     fn push(&mut self, b: u8) {
         match self.buf.get_mut(self.len) {
             Some(slot) => {
-                *slot = b;
+                slot.write(b);
                 self.len += 1;
             }
             None => self.ok = false,
@@ -245,6 +246,7 @@ impl Compact {
     }
 
     /// Appends a number.
+    #[inline(always)]
     pub fn number(&mut self, mut v: u64) -> &mut Compact {
         // The tag and at most 10 bytes of varint, written in one go where they fit.
         let Some(out) = self.buf.get_mut(self.len..self.len + 11) else {
@@ -260,14 +262,14 @@ impl Compact {
         for slot in out.iter_mut().skip(1) {
             written += 1;
             if v < 0x80 {
-                *slot = v as u8;
+                slot.write(v as u8);
                 break;
             }
-            *slot = (v as u8) | 0x80;
+            slot.write((v as u8) | 0x80);
             v >>= 7;
         }
         if let Some(tag) = out.first_mut() {
-            *tag = 0;
+            tag.write(0);
         }
         self.len += written;
         self
@@ -286,7 +288,11 @@ impl Compact {
     /// The effect, `None` if a word was neither a keyword nor a canonical number, or the
     /// command does not propagate (the caller then writes the textual form).
     pub fn as_bytes(&self) -> Option<&[u8]> {
-        self.buf.get(..self.len).filter(|_| self.ok)
+        let written = self.buf.get(..self.len).filter(|_| self.ok)?;
+        // SAFETY: the first `len` bytes were all written (by `new`, `push` and `number`,
+        // which advance `len` only over the bytes they write), and `MaybeUninit<u8>` has the
+        // layout of `u8`.
+        Some(unsafe { std::slice::from_raw_parts(written.as_ptr().cast::<u8>(), written.len()) })
     }
 }
 

@@ -38,7 +38,7 @@ impl<'a> Key<'a> {
     }
 
     /// The limiter the key holds, `None` for a missing key, WRONGTYPE for another type.
-    #[inline]
+    #[inline(always)]
     pub fn limiter(&mut self) -> Result<Option<Held<'_>>, Error> {
         if self.key.is_null() {
             return Ok(None);

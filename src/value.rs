@@ -821,6 +821,7 @@ fn into_compact(limiter: &Limiter) -> Option<*mut c_void> {
 
 /// Turns a limiter into the pointer a key holds; [`from_raw`] or [`borrow_raw`] read it back.
 /// A bucket or fixed window takes its compact form when it can (see [`Packed`]).
+#[inline]
 pub fn into_raw(limiter: Limiter) -> *mut c_void {
     fn tagged<T>(b: Box<T>, tag: usize) -> *mut c_void {
         Box::into_raw(b).map_addr(|a| a | tag).cast()
@@ -949,7 +950,9 @@ unsafe fn read_raw(raw: *mut c_void) -> Limiter {
         TOKEN_BOX => Limiter::Token(unsafe { (*untagged.cast::<Gcra>()).clone() }),
         LEAKY_BOX => Limiter::Leaky(unsafe { (*untagged.cast::<Gcra>()).clone() }),
         FIXED_BOX => Limiter::Fixed(unsafe { (*untagged.cast::<FixedWindow>()).clone() }),
-        // SAFETY: as for `from_raw`; the caller keeps the allocation with the key.
+        // SAFETY: as for `from_raw` (the in-place kinds, read straight from their tag); the
+        // caller keeps the allocation with the key.
+        SLIDE_BOX => Limiter::Slide(unsafe { Box::from_raw(untagged.cast()) }),
         _ => unsafe { from_raw(raw) },
     }
 }
@@ -1147,7 +1150,12 @@ impl Held<'_> {
 impl Drop for Held<'_> {
     #[inline]
     fn drop(&mut self) {
-        if self.changed && !self.repack_in_place() {
+        // Logs, rings and leases were changed in place: only the copied kinds go back.
+        let copied = matches!(
+            self.lent.raw.addr() & TAGS,
+            COMPACT | TOKEN_BOX | LEAKY_BOX | FIXED_BOX
+        );
+        if self.changed && copied && !self.repack_in_place() {
             self.write_back();
         }
     }

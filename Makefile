@@ -36,7 +36,7 @@ HAVE_LIBCLANG := if command -v dpkg; then dpkg -s libclang-dev; \
                       { ldconfig -p || /sbin/ldconfig -p; } | grep -q libclang; fi
 HAVE_SERVER   := command -v redis-server && command -v redis-cli && command -v redis-benchmark
 
-.PHONY: help deps build-deps build run dist cluster cluster-stop test test-examples examples-deps bench bench-instr bench-memory bigkeys accuracy fuzz lint fmt clean
+.PHONY: help deps build-deps build run dist cluster cluster-stop test test-examples examples-deps bench bench-instr bench-memory bench-reload bigkeys accuracy fuzz lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
@@ -113,6 +113,10 @@ bench-instr: build ## Instructions per call under callgrind, a table with ratios
 
 bench-memory: build ## Memory per key over 1,000,000 keys of each kind, and DEBUG RELOAD time
 	bench/memory.sh
+
+bench-reload: build ## Instructions per key of DEBUG RELOAD under callgrind, a table with ratios (installs valgrind)
+	$(call need,valgrind,command -v valgrind,valgrind,install valgrind (Linux only))
+	bench/reload-instr.sh
 
 bigkeys: build ## RL.SLIDE keys of 1M to 10M records: SLOWLOG and CPU time per call, memory per record (a table)
 	cargo run --release --example bigkeys

@@ -215,27 +215,9 @@ launch_replica() { # port
   REPLICA_PID=$!
 }
 
-# callgrind_control exits 0 even when it reaches no process: look for its "OK".
 DUMPS=0
-cg() {
-  local out
-  out=$(timeout 120 callgrind_control "$@" "$SERVER_PID" 2>&1) || die "callgrind_control $* failed: $out"
-  grep -q "OK" <<<"$out" || die "callgrind_control $* failed: $out"
-}
-
-# Instructions of a dump, without the work that is not per call. Prints "total excluded".
+# The work in a dump that is not per call (see dump_cost).
 EXCLUDED='serverCron|acceptTcpHandler|freeClient|configGetCommand'
-dump_cost() {
-  callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null | awk -v ex="^($EXCLUDED)\$" '
-    /PROGRAM TOTALS/ { gsub(",", "", $1); total = $1 }
-    # "   1,234 (12.34%)  file:function [object]"; the percentage may hold a space
-    $1 ~ /^[0-9,]+$/ {
-      fn = ($NF ~ /^\[/) ? $(NF - 1) : $NF
-      sub(/^.*:/, "", fn)
-      if (fn ~ ex) { gsub(",", "", $1); excl += $1 }
-    }
-    END { printf "%d %d\n", total, excl }'
-}
 
 start_server 120 "redis-server under valgrind" launch_primary "$TMP/redis.log" "$TMP/valgrind.log"
 log "redis-server $SERVER_VERSION under callgrind on 127.0.0.1:$PORT (pid $SERVER_PID)"
@@ -350,7 +332,7 @@ measure() {
   ((rc == 0)) || die "case ${NAMES[i]}: redis-benchmark failed (exit $rc): $out"
   dump=$TMP/callgrind.out.$SERVER_PID.$DUMPS
   [[ -f $dump ]] || die "no callgrind dump $dump"
-  read -r total excl <<<"$(dump_cost "$dump")"
+  read -r total excl <<<"$(dump_cost "$dump" "$EXCLUDED")"
   rm -f "$dump"
   ((total > 0)) || die "case ${NAMES[i]}: no instructions in the dump"
   IR=$(awk -v t="$total" -v e="$excl" -v n="$n" 'BEGIN { printf "%.1f", (t - e) / n }')

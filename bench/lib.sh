@@ -266,3 +266,62 @@ print_setup() {
   echo "machine:     $(nproc) CPUs, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || uname -m), $(uname -sr)${2:-}"
   echo "load avg:    $LOAD_BEFORE before, $(loadavg) after (1, 5, 15 min)"
 }
+
+# ---------------------------------------------------------------------------------------
+# Under callgrind (bench/instr.sh, bench/reload-instr.sh)
+# ---------------------------------------------------------------------------------------
+
+# cg arg...: callgrind_control arg... on SERVER_PID; it exits 0 even when it reaches no
+# process, so its "OK" is looked for.
+cg() {
+  local out
+  out=$(timeout 120 callgrind_control "$@" "$SERVER_PID" 2>&1) || die "callgrind_control $* failed: $out"
+  grep -q "OK" <<<"$out" || die "callgrind_control $* failed: $out"
+}
+
+# dump_cost dump excluded: the instructions of a callgrind dump, and those of the functions
+# whose name matches the regular expression `excluded`. Prints "total excluded".
+dump_cost() {
+  callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null | awk -v ex="^($2)\$" '
+    /PROGRAM TOTALS/ { gsub(",", "", $1); total = $1 }
+    # "   1,234 (12.34%)  file:function [object]"; the percentage may hold a space
+    $1 ~ /^[0-9,]+$/ {
+      fn = ($NF ~ /^\[/) ? $(NF - 1) : $NF
+      sub(/^.*:/, "", fn)
+      if (fn ~ ex) { gsub(",", "", $1); excl += $1 }
+    }
+    END { printf "%d %d\n", total, excl }'
+}
+
+# ---------------------------------------------------------------------------------------
+# Keys of each kind (bench/memory.sh, bench/reload-instr.sh)
+# ---------------------------------------------------------------------------------------
+
+# The kinds: name | command, __key__ standing for the key (m:000000000000, m:000000000001,
+# ..., names of the length redis-benchmark's __rand_int__ gives). Windows are long enough
+# that no key expires during a run (a token or leaky key expires when its bucket is full
+# again: window / limit after one call). The first kind is the baseline; CL.THROTTLE only
+# with CELL_SO.
+KEY_KINDS=(
+  "set-px    | SET __key__ v PX 86400000"
+  "token     | RL.TOKEN __key__ 100 86400000"
+  "leaky     | RL.LEAKY __key__ 100 86400000"
+  "fixed     | RL.FIXED __key__ 100 86400000"
+  "slide-1   | RL.SLIDE __key__ 100 86400000"
+  "subwin-60 | RL.SUBWIN __key__ 100 3600000 60000"
+  "cl        | CL.THROTTLE __key__ 99 100 86400"
+)
+
+# fill_kind name command keys seconds: FLUSHALL, then `keys` keys made by `command` (one call
+# each through redis-cli --pipe), checked to be all there.
+fill_kind() {
+  local name=$1 cmd=$2 n=$3 out keys
+  [[ $cmd == *__key__* ]] || die "kind $name: no __key__ in '$cmd'"
+  rcli FLUSHALL SYNC >/dev/null
+  out=$(awk -v pre="${cmd%%__key__*}" -v post="${cmd#*__key__}" -v n="$n" \
+    'BEGIN { for (k = 0; k < n; k++) printf "%sm:%012d%s\n", pre, k, post }' |
+    timeout "$4" redis-cli -h 127.0.0.1 -p "$PORT" --pipe 2>&1) || die "kind $name: filling failed: $out"
+  grep -q "errors: 0," <<<"$out" || die "kind $name: errors while filling: $(tail -n 3 <<<"$out")"
+  keys=$(rcli DBSIZE)
+  ((keys == n)) || die "kind $name: $keys keys after filling, $n expected (did some expire?)"
+}

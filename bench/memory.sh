@@ -24,22 +24,6 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 TAG=bench-memory RCLI_TIMEOUT=300
 
-# ---------------------------------------------------------------------------------------
-# The kinds: name | command, __key__ standing for the key (m:000000000000, m:000000000001,
-# ..., names of the length redis-benchmark's __rand_int__ gives). Windows are long enough
-# that no key expires during the run (a token or leaky key expires when its bucket is full
-# again: window / limit after one call). The first kind is the baseline.
-# ---------------------------------------------------------------------------------------
-KINDS=(
-  "set-px    | SET __key__ v PX 86400000"
-  "token     | RL.TOKEN __key__ 100 86400000"
-  "leaky     | RL.LEAKY __key__ 100 86400000"
-  "fixed     | RL.FIXED __key__ 100 86400000"
-  "slide-1   | RL.SLIDE __key__ 100 86400000"
-  "subwin-60 | RL.SUBWIN __key__ 100 3600000 60000"
-  "cl        | CL.THROTTLE __key__ 99 100 86400"
-)
-
 # Targets from issue 10.
 MAX_X_BUCKET=1.2      # token, leaky, fixed: bytes per key, x set-px
 MAX_SLIDE_ONE=240     # slide-1: bytes per key
@@ -80,20 +64,14 @@ cpu_us() {
 }
 
 NAMES=() CMDS=() BYTES=() USAGE=() RELOAD_MS=() RELOAD_CPU=() RDB=()
-for line in "${KINDS[@]}"; do
+for line in "${KEY_KINDS[@]}"; do
   IFS='|' read -r name cmd <<<"$line"
   name=$(trim "$name") cmd=$(trim "$cmd")
   [[ -n $CELL_SO || ! $cmd =~ ^CL\. ]] || continue
-  [[ $cmd == *__key__* ]] || die "kind $name: no __key__ in '$cmd'"
   rcli FLUSHALL SYNC >/dev/null
   before=$(used_memory)
-  out=$(awk -v pre="${cmd%%__key__*}" -v post="${cmd#*__key__}" -v n="$KEYS" \
-    'BEGIN { for (k = 0; k < n; k++) printf "%sm:%012d%s\n", pre, k, post }' |
-    timeout 900 redis-cli -h 127.0.0.1 -p "$PORT" --pipe 2>&1) || die "kind $name: filling failed: $out"
-  grep -q "errors: 0," <<<"$out" || die "kind $name: errors while filling: $(tail -n 3 <<<"$out")"
+  fill_kind "$name" "$cmd" "$KEYS" 900
   after=$(used_memory)
-  keys=$(rcli DBSIZE)
-  ((keys == KEYS)) || die "kind $name: $keys keys after filling, $KEYS expected (did some expire?)"
   usage=$(rcli MEMORY USAGE m:000000000001 SAMPLES 0)
   best='' best_cpu=''
   for _ in $(seq "$RELOADS"); do

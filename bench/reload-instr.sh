@@ -8,7 +8,8 @@
 # around each reload), and for each kind below: FLUSHALL, fills it with BENCH_RELOAD_KEYS keys
 # (one call each, sent with redis-cli --pipe), then switches instrumentation on, zeroes the
 # counters, runs DEBUG RELOAD, dumps the counters and reads the instructions of that window
-# (serverCron, which runs whatever the command, left out), divided by the keys. It prints
+# (serverCron, which runs whatever the command, left out), divided by the keys. The kinds
+# are bench/memory.sh's (KEY_KINDS in bench/lib.sh). It prints
 # them beside SET PX's and checks the DEBUG RELOAD target of issue 10 (at most 1.5x SET PX).
 #
 # Environment:
@@ -21,18 +22,6 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 TAG=bench-reload LOG_CLOCK=1 RCLI_TIMEOUT=600
 STOP_WAIT=10 # valgrind writes its last dump
-
-# The kinds, as in bench/memory.sh: name | command, __key__ standing for the key. The first
-# kind is the baseline.
-KINDS=(
-  "set-px    | SET __key__ v PX 86400000"
-  "token     | RL.TOKEN __key__ 100 86400000"
-  "leaky     | RL.LEAKY __key__ 100 86400000"
-  "fixed     | RL.FIXED __key__ 100 86400000"
-  "slide-1   | RL.SLIDE __key__ 100 86400000"
-  "subwin-60 | RL.SUBWIN __key__ 100 3600000 60000"
-  "cl        | CL.THROTTLE __key__ 99 100 86400"
-)
 
 # Target from issue 10 (checked here on instructions, in bench/memory.sh on CPU time).
 MAX_X_RELOAD=1.5
@@ -61,39 +50,13 @@ launch_server() { # port
 start_server 120 "redis-server under valgrind" launch_server "$TMP/redis.log" "$TMP/valgrind.log"
 log "redis-server $SERVER_VERSION under callgrind on 127.0.0.1:$PORT (pid $SERVER_PID), $KEYS keys per kind"
 
-# callgrind_control exits 0 even when it reaches no process: look for its "OK".
-cg() {
-  local out
-  out=$(timeout 120 callgrind_control "$@" "$SERVER_PID" 2>&1) || die "callgrind_control $* failed: $out"
-  grep -q "OK" <<<"$out" || die "callgrind_control $* failed: $out"
-}
-
-# Instructions of a dump without serverCron's.
-dump_cost() {
-  callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null | awk '
-    /PROGRAM TOTALS/ { gsub(",", "", $1); total = $1 }
-    $1 ~ /^[0-9,]+$/ {
-      fn = ($NF ~ /^\[/) ? $(NF - 1) : $NF
-      sub(/^.*:/, "", fn)
-      if (fn == "serverCron") { gsub(",", "", $1); excl += $1 }
-    }
-    END { printf "%d\n", total - excl }'
-}
-
 DUMPS=0
 NAMES=() CMDS=() IRS=()
-for line in "${KINDS[@]}"; do
+for line in "${KEY_KINDS[@]}"; do
   IFS='|' read -r name cmd <<<"$line"
   name=$(trim "$name") cmd=$(trim "$cmd")
   [[ -n $CELL_SO || ! $cmd =~ ^CL\. ]] || continue
-  [[ $cmd == *__key__* ]] || die "kind $name: no __key__ in '$cmd'"
-  rcli FLUSHALL SYNC >/dev/null
-  out=$(awk -v pre="${cmd%%__key__*}" -v post="${cmd#*__key__}" -v n="$KEYS" \
-    'BEGIN { for (k = 0; k < n; k++) printf "%sm:%012d%s\n", pre, k, post }' |
-    timeout "$TIMEOUT" redis-cli -h 127.0.0.1 -p "$PORT" --pipe 2>&1) || die "kind $name: filling failed: $out"
-  grep -q "errors: 0," <<<"$out" || die "kind $name: errors while filling: $(tail -n 3 <<<"$out")"
-  keys=$(rcli DBSIZE)
-  ((keys == KEYS)) || die "kind $name: $keys keys after filling, $KEYS expected"
+  fill_kind "$name" "$cmd" "$KEYS" "$TIMEOUT"
   cg -i on
   cg -z
   reply=$(rcli DEBUG RELOAD)
@@ -105,8 +68,8 @@ for line in "${KINDS[@]}"; do
   ((keys == KEYS)) || die "kind $name: $keys keys after DEBUG RELOAD, $KEYS expected"
   dump=$TMP/callgrind.out.$SERVER_PID.$DUMPS
   [[ -s $dump ]] || die "kind $name: no callgrind dump $dump"
-  ir=$(dump_cost "$dump")
-  NAMES+=("$name") CMDS+=("$cmd") IRS+=("$(awk -v a="$ir" -v n="$KEYS" 'BEGIN { printf "%.0f", a / n }')")
+  read -r total excl <<<"$(dump_cost "$dump" serverCron)"
+  NAMES+=("$name") CMDS+=("$cmd") IRS+=("$(awk -v a="$((total - excl))" -v n="$KEYS" 'BEGIN { printf "%.0f", a / n }')")
   log "$(printf '%-10s %8s instructions/key' "$name" "${IRS[-1]}")"
 done
 rcli FLUSHALL SYNC >/dev/null

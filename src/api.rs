@@ -294,24 +294,30 @@ pub unsafe fn report_keys(
     true
 }
 
+/// `RedisModule_Replicate(ctx, "RL.APPLY", format, key, buffer, length, ...)`, one
+/// `(key, effect)` pair per `sb` of the format.
+macro_rules! replicate_apply {
+    ($rep:expr, $ctx:expr, $format:literal, $(($key:expr, $effect:expr)),+) => {
+        // SAFETY: the format takes, per change, a live string (the command's key argument),
+        // then a buffer, which Redis copies, and its length.
+        unsafe {
+            $rep(
+                $ctx.ctx,
+                c"RL.APPLY".as_ptr(),
+                $format.as_ptr(),
+                $($key.raw(), $effect.as_ptr().cast::<c_char>(), $effect.len()),+
+            );
+        }
+    };
+}
+
 /// Propagates `RL.APPLY key effect` to replicas and the AOF: the effect of a decision (see
 /// [`crate::effect`]). Two string arguments: the key, which Redis takes a reference to, and the
 /// effect, which it copies.
 pub fn replicate_effect(ctx: &Context, key: Arg, effect: &[u8]) {
-    let Some(rep) = (unsafe { raw::RedisModule_Replicate }) else {
-        return;
-    };
-    // SAFETY: the format takes a live string (the command's key argument), then a buffer
-    // and its length.
-    unsafe {
-        rep(
-            ctx.ctx,
-            c"RL.APPLY".as_ptr(),
-            c"sb".as_ptr(),
-            key.raw(),
-            effect.as_ptr().cast::<c_char>(),
-            effect.len(),
-        );
+    // SAFETY: reading the API function pointer the server filled in at load time.
+    if let Some(rep) = unsafe { raw::RedisModule_Replicate } {
+        replicate_apply!(rep, ctx, c"sb", (key, effect));
     }
 }
 
@@ -319,76 +325,34 @@ pub fn replicate_effect(ctx: &Context, key: Arg, effect: &[u8]) {
 /// `RL.ALL` changes): one command name for Redis to look up, and no MULTI/EXEC around them.
 pub fn replicate_effects(ctx: &Context, changes: &[(Arg, &[u8])]) {
     // Up to four changes (RL.ALL's usual calls) are passed as buffers, which Redis copies
-    // into its own strings; more, as strings made here.
-    let rep = unsafe { raw::RedisModule_Replicate };
-    let (name, e) = (c"RL.APPLY".as_ptr(), |b: &[u8]| b.as_ptr().cast::<c_char>());
-    // SAFETY (each arm): the format takes, per change, a live string (the command's key
-    // argument), then a buffer and its length.
-    match (rep, changes) {
-        (None, _) | (_, []) => return,
-        (_, [(key, effect)]) => return replicate_effect(ctx, *key, effect),
-        (Some(rep), [(k1, e1), (k2, e2)]) => unsafe {
-            rep(
-                ctx.ctx,
-                name,
-                c"sbsb".as_ptr(),
-                k1.raw(),
-                e(e1),
-                e1.len(),
-                k2.raw(),
-                e(e2),
-                e2.len(),
-            );
-            return;
-        },
-        (Some(rep), [(k1, e1), (k2, e2), (k3, e3)]) => unsafe {
-            rep(
-                ctx.ctx,
-                name,
-                c"sbsbsb".as_ptr(),
-                k1.raw(),
-                e(e1),
-                e1.len(),
-                k2.raw(),
-                e(e2),
-                e2.len(),
-                k3.raw(),
-                e(e3),
-                e3.len(),
-            );
-            return;
-        },
-        (Some(rep), [(k1, e1), (k2, e2), (k3, e3), (k4, e4)]) => unsafe {
-            rep(
-                ctx.ctx,
-                name,
-                c"sbsbsbsb".as_ptr(),
-                k1.raw(),
-                e(e1),
-                e1.len(),
-                k2.raw(),
-                e(e2),
-                e2.len(),
-                k3.raw(),
-                e(e3),
-                e3.len(),
-                k4.raw(),
-                e(e4),
-                e4.len(),
-            );
-            return;
-        },
+    // into its own strings; more, as strings made here (which costs more).
+    // SAFETY: reading the API function pointer the server filled in at load time.
+    let Some(rep) = (unsafe { raw::RedisModule_Replicate }) else {
+        return;
+    };
+    match changes {
+        [] => return,
+        [(key, effect)] => return replicate_effect(ctx, *key, effect),
+        [(k1, e1), (k2, e2)] => return replicate_apply!(rep, ctx, c"sbsb", (k1, e1), (k2, e2)),
+        [(k1, e1), (k2, e2), (k3, e3)] => {
+            return replicate_apply!(rep, ctx, c"sbsbsb", (k1, e1), (k2, e2), (k3, e3))
+        }
+        [(k1, e1), (k2, e2), (k3, e3), (k4, e4)] => {
+            return replicate_apply!(
+                rep,
+                ctx,
+                c"sbsbsbsb",
+                (k1, e1),
+                (k2, e2),
+                (k3, e3),
+                (k4, e4)
+            )
+        }
         _ => {}
     }
     // SAFETY: reading the API function pointers the server filled in at load time.
-    let api = unsafe {
-        (
-            raw::RedisModule_Replicate,
-            raw::RedisModule_CreateString,
-            raw::RedisModule_FreeString,
-        )
-    };
-    let (Some(rep), Some(create), Some(free)) = api else {
+    let api = unsafe { (raw::RedisModule_CreateString, raw::RedisModule_FreeString) };
+    let (Some(create), Some(free)) = api else {
         return;
     };
     let mut argv: SmallVec<[*mut raw::RedisModuleString; 2 * ALL_INLINE_KEYS]> = SmallVec::new();

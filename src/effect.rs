@@ -534,15 +534,7 @@ mod tests {
             both("RL.CHARGE", &[], &[("COST", 700), ("NOW", 1)]),
         ];
         // Every command that propagates through `commands::propagate` has a code.
-        for command in [
-            "RL.SLIDE",
-            "RL.TOKEN",
-            "RL.LEAKY",
-            "RL.FIXED",
-            "RL.SUBWIN",
-            "RL.REFUND",
-            "RL.CHARGE",
-        ] {
+        for command in COMMANDS {
             let mut c = Compact::new(command);
             c.option("NOW", 1);
             assert!(c.as_bytes().is_some(), "{command}");

@@ -175,22 +175,21 @@ pub fn set_with_keys(ctx: &Context, info: &Info, keys: Keys) -> bool {
     key_specs[0].begin_search_type =
         raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
     key_specs[0].bs.index.pos = 1;
-    match keys {
-        Keys::First => {
+    // A range from the first argument: (last key, step), as `(first, last, step)` says.
+    let range = match keys {
+        Keys::First => Some((0, 1)),
+        Keys::Pairs => Some((-1, 2)),
+        Keys::Counted => None,
+    };
+    match range {
+        Some((lastkey, keystep)) => {
             key_specs[0].find_keys_type =
                 raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
-            key_specs[0].fk.range.lastkey = 0;
-            key_specs[0].fk.range.keystep = 1;
+            key_specs[0].fk.range.lastkey = lastkey;
+            key_specs[0].fk.range.keystep = keystep;
             key_specs[0].fk.range.limit = 0;
         }
-        Keys::Pairs => {
-            key_specs[0].find_keys_type =
-                raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
-            key_specs[0].fk.range.lastkey = -1;
-            key_specs[0].fk.range.keystep = 2;
-            key_specs[0].fk.range.limit = 0;
-        }
-        Keys::Counted => {
+        None => {
             // As ZUNION's: the count at the search's start, the keys right after it.
             key_specs[0].find_keys_type =
                 raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;

@@ -12,12 +12,12 @@
 //! Fork children (RDB save, AOF rewrite) only read slots, never the lock, so a lock held by
 //! another thread when the server forked cannot block them.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// A parameter set: the kind's tag and two words of parameters (see `value`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Set {
     pub kind: u8,
     pub a: u64,
@@ -45,8 +45,10 @@ pub struct Table<const N: usize> {
 
 /// What the lock guards.
 struct Inner {
-    /// Each live set's slot (made at the first `intern`).
-    index: Option<HashMap<Set, u16>>,
+    /// Each live set's slot. A B-tree rather than a hash map: it grows a node at a time,
+    /// where a hash map rehashes every entry in the one call that makes it double (tens of
+    /// thousands of them, near the table's 65,536).
+    index: BTreeMap<Set, u16>,
     /// The reference count of every slot used so far (0: free).
     refs: Vec<u32>,
     /// Slots whose count went back to 0, to be taken again before new ones.
@@ -71,7 +73,7 @@ impl<const N: usize> Table<N> {
                 }
             }; N],
             inner: Mutex::new(Inner {
-                index: None,
+                index: BTreeMap::new(),
                 refs: Vec::new(),
                 free: Vec::new(),
                 live: 0,
@@ -113,7 +115,7 @@ impl<const N: usize> Table<N> {
                 return Some(slot);
             }
         }
-        let found = inner.index.as_ref().and_then(|m| m.get(&set).copied());
+        let found = inner.index.get(&set).copied();
         let slot = match found {
             Some(slot) => {
                 if !inner.add_ref(slot) {
@@ -134,10 +136,7 @@ impl<const N: usize> Table<N> {
                 s.kind.store(u64::from(set.kind), Ordering::Relaxed);
                 s.a.store(set.a, Ordering::Relaxed);
                 s.b.store(set.b, Ordering::Relaxed);
-                inner
-                    .index
-                    .get_or_insert_with(HashMap::new)
-                    .insert(set, slot);
+                inner.index.insert(set, slot);
                 inner.add_ref(slot);
                 inner.live += 1;
                 slot
@@ -168,9 +167,7 @@ impl<const N: usize> Table<N> {
             return;
         }
         let set = self.get(slot);
-        if let Some(index) = inner.index.as_mut() {
-            index.remove(&set);
-        }
+        inner.index.remove(&set);
         if inner.last.is_some_and(|(_, s)| s == slot) {
             inner.last = None;
         }

@@ -13,7 +13,6 @@
 //! empty on the server's clock: a `NOW` behind the server clock keeps the key that much
 //! longer, and that absolute expiry is propagated with the change.
 
-use std::cell::Cell;
 use std::ffi::CStr;
 
 use redis_module::{Context, ContextFlags};
@@ -143,49 +142,6 @@ pub(crate) fn replicate_expiry(ctx: &Context, name: Arg, lag: Millis, expiry: Op
     }
 }
 
-thread_local! {
-    /// Set while an `RL.APPLY` of several changes applies them one by one: whether one of
-    /// them changed its key. That command is then propagated once, as it came, at its end.
-    static APPLYING_SEVERAL: Cell<Option<bool>> = const { Cell::new(None) };
-}
-
-/// Propagates the `RL.APPLY` being applied as it came (to this server's own replicas and
-/// AOF), once even when it carries several changes.
-pub(crate) fn replicate_applied(ctx: &Context) {
-    let batched = APPLYING_SEVERAL.with(|several| match several.get() {
-        Some(_) => {
-            several.set(Some(true));
-            true
-        }
-        None => false,
-    });
-    if !batched {
-        ctx.replicate_verbatim();
-    }
-}
-
-/// Marks an `RL.APPLY` of several changes for [`replicate_applied`] while it lives, and
-/// unmarks it however the command ends.
-struct ApplyingSeveral;
-
-impl ApplyingSeveral {
-    fn start() -> ApplyingSeveral {
-        APPLYING_SEVERAL.with(|several| several.set(Some(false)));
-        ApplyingSeveral
-    }
-
-    /// Whether one of the changes changed its key.
-    fn changed(&self) -> bool {
-        APPLYING_SEVERAL.with(|several| several.get() == Some(true))
-    }
-}
-
-impl Drop for ApplyingSeveral {
-    fn drop(&mut self) {
-        APPLYING_SEVERAL.with(|several| several.set(None));
-    }
-}
-
 /// What a call decides on: the parameters and the shared options.
 struct Call<'a, P: ?Sized> {
     kind: Kind,
@@ -203,8 +159,8 @@ struct Call<'a, P: ?Sized> {
     resolved: &'a [(&'a str, u64, u64)],
 }
 
-/// Propagates the effect of a change: `RL.APPLY key effect` for a decision (see
-/// [`crate::effect`]), or the `RL.APPLY` being applied as it came.
+/// Propagates the effect of a decision: `RL.APPLY key effect` (see [`crate::effect`]). An
+/// effect being applied propagates nothing here: its `RL.APPLY` passes itself on.
 fn propagate(
     ctx: &Context,
     key: Arg,
@@ -213,7 +169,8 @@ fn propagate(
     effect: impl FnOnce(&mut Compact),
 ) {
     match mode {
-        Mode::Apply => replicate_applied(ctx),
+        // `RL.APPLY` passes itself on (see `apply`).
+        Mode::Apply => {}
         Mode::Decide => {
             let mut compact = Compact::new(command);
             effect(&mut compact);
@@ -543,35 +500,39 @@ fn charge_as<A: AsBytes>(ctx: &Context, name: Arg, args: &[A], mode: Mode) -> Re
 
 /// `RL.APPLY key effect`: records the effect of a decision taken by a primary (or read from
 /// the AOF) as it was taken, without deciding again. See [`crate::effect`].
+///
 /// `RL.APPLY key effect [key effect ...]`: one change answers as the command it applies;
 /// several (what `RL.ALL` propagates) are applied in order and answer OK, or the first error.
+/// Once a change is applied, the command is passed on as it came (to this server's own
+/// replicas and AOF): a change after an error fails the same way downstream, and one that
+/// changed nothing changes nothing there either.
 pub fn apply(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
-    match args {
-        [_, key, effect] => apply_one(ctx, *key, effect),
-        [_, changes @ ..] if !changes.is_empty() && changes.len() % 2 == 0 => {
-            let several = ApplyingSeveral::start();
-            let mut result = Ok(Reply::Ok);
-            for change in changes.chunks_exact(2) {
-                if let [key, effect] = change {
-                    if let Err(e) = apply_one(ctx, *key, effect) {
-                        result = Err(e);
-                        break;
-                    }
-                }
+    let changes = match args {
+        [_, changes @ ..] if !changes.is_empty() && changes.len() % 2 == 0 => changes,
+        _ => return Err(Error::Arity),
+    };
+    let (mut result, mut applied) = (Ok(Reply::Ok), false);
+    for change in changes.chunks_exact(2) {
+        let [key, effect] = change else {
+            continue;
+        };
+        match apply_one(ctx, *key, effect) {
+            Ok(reply) if changes.len() == 2 => result = Ok(reply),
+            Ok(_) => {}
+            Err(e) => {
+                result = Err(e);
+                break;
             }
-            // As it came, once: the changes that failed here fail the same way downstream.
-            if several.changed() {
-                drop(several);
-                ctx.replicate_verbatim();
-            }
-            result
         }
-        _ => Err(Error::Arity),
+        applied = true;
     }
+    if applied {
+        ctx.replicate_verbatim();
+    }
+    result
 }
 
 fn apply_one(ctx: &Context, key: Arg, effect: &Arg) -> Result<Reply, Error> {
-    let key = &key;
     let expanded;
     let effect = match effect.as_bytes() {
         compact @ [effect::COMPACT, ..] => {
@@ -587,25 +548,25 @@ fn apply_one(ctx: &Context, key: Arg, effect: &Arg) -> Result<Reply, Error> {
     let command = words.command();
     let is = |name: &str| command.eq_ignore_ascii_case(name.as_bytes());
     if is("RL.SLIDE") {
-        slide_as(ctx, *key, w, Mode::Apply)
+        slide_as(ctx, key, w, Mode::Apply)
     } else if is("RL.TOKEN") {
-        token_as(ctx, *key, w, Mode::Apply)
+        token_as(ctx, key, w, Mode::Apply)
     } else if is("RL.LEAKY") {
-        leaky_as(ctx, *key, w, Mode::Apply)
+        leaky_as(ctx, key, w, Mode::Apply)
     } else if is("RL.FIXED") {
-        fixed_as(ctx, *key, w, Mode::Apply)
+        fixed_as(ctx, key, w, Mode::Apply)
     } else if is("RL.SUBWIN") {
-        subwin_as(ctx, *key, w, Mode::Apply)
+        subwin_as(ctx, key, w, Mode::Apply)
     } else if is("RL.REFUND") {
-        refund_as(ctx, *key, w, Mode::Apply)
+        refund_as(ctx, key, w, Mode::Apply)
     } else if is("RL.CHARGE") {
-        charge_as(ctx, *key, w, Mode::Apply)
+        charge_as(ctx, key, w, Mode::Apply)
     } else if is("RL.ACQUIRE") {
-        crate::lease::acquire_as(ctx, *key, w, Mode::Apply)
+        crate::lease::acquire_as(ctx, key, w, Mode::Apply)
     } else if is("RL.RELEASE") {
-        crate::lease::release_as(ctx, *key, w, Mode::Apply)
+        crate::lease::release_as(ctx, key, w, Mode::Apply)
     } else if is("RL.EXTEND") {
-        crate::lease::extend_as(ctx, *key, w, Mode::Apply)
+        crate::lease::extend_as(ctx, key, w, Mode::Apply)
     } else {
         Err(Error::Invalid(
             "an RL.APPLY effect starts with a limiter command, RL.REFUND or RL.CHARGE",

@@ -213,11 +213,11 @@ fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
     out.extend_from_slice(digits.get(start..).unwrap_or_default());
 }
 
-/// Propagates a change: the effect for a decision, the `RL.APPLY` as it came otherwise.
+/// Propagates the effect of a decision (an `RL.APPLY` passes itself on, see
+/// `commands::apply`).
 fn propagate(ctx: &Context, name: Arg, mode: Mode, effect: impl FnOnce() -> Vec<u8>) {
-    match mode {
-        Mode::Apply => commands::replicate_applied(ctx),
-        Mode::Decide => api::replicate_effect(ctx, name, &effect()),
+    if mode == Mode::Decide {
+        api::replicate_effect(ctx, name, &effect());
     }
 }
 

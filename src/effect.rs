@@ -22,6 +22,37 @@ pub const MAX_LEN: usize = 512;
 /// The most words in an effect, the command name included.
 pub const MAX_WORDS: usize = 1 + 2 * crate::algo::slide::MAX_WINDOWS + 6;
 
+/// `v` in decimal, formatted at the end of `digits` two digits at a time (the low eight
+/// digits in 32-bit arithmetic): the written end of `digits`.
+pub fn decimal(v: u64, digits: &mut [u8; 20]) -> &[u8] {
+    let mut start = digits.len();
+    let mut put_pair = |start: &mut usize, pair: usize| {
+        *start -= 2;
+        digits[*start] = DIGIT_PAIRS[2 * pair];
+        digits[*start + 1] = DIGIT_PAIRS[2 * pair + 1];
+    };
+    let mut high = v;
+    if high >= 100_000_000 {
+        let mut low = (high % 100_000_000) as u32;
+        high /= 100_000_000;
+        for _ in 0..4 {
+            put_pair(&mut start, (low % 100) as usize);
+            low /= 100;
+        }
+    }
+    while high >= 100 {
+        put_pair(&mut start, (high % 100) as usize);
+        high /= 100;
+    }
+    if high >= 10 {
+        put_pair(&mut start, high as usize);
+    } else {
+        start -= 1;
+        digits[start] = b'0' + high as u8;
+    }
+    &digits[start..]
+}
+
 /// An effect being written: words separated by one space.
 ///
 /// Built on every allowed call, so it is kept cheap: the buffer is not zeroed (only the
@@ -90,35 +121,8 @@ impl Line {
 
     /// Appends a number in decimal.
     pub fn number(&mut self, v: u64) -> &mut Line {
-        // Formatted at the end of a scratch buffer, two digits at a time (the low eight
-        // digits in 32-bit arithmetic), then copied as one word.
         let mut digits = [0u8; 20];
-        let mut start = digits.len();
-        let mut put_pair = |start: &mut usize, pair: usize| {
-            *start -= 2;
-            digits[*start] = DIGIT_PAIRS[2 * pair];
-            digits[*start + 1] = DIGIT_PAIRS[2 * pair + 1];
-        };
-        let mut high = v;
-        if high >= 100_000_000 {
-            let mut low = (high % 100_000_000) as u32;
-            high /= 100_000_000;
-            for _ in 0..4 {
-                put_pair(&mut start, (low % 100) as usize);
-                low /= 100;
-            }
-        }
-        while high >= 100 {
-            put_pair(&mut start, (high % 100) as usize);
-            high /= 100;
-        }
-        if high >= 10 {
-            put_pair(&mut start, high as usize);
-        } else {
-            start -= 1;
-            digits[start] = b'0' + high as u8;
-        }
-        self.word(&digits[start..])
+        self.word(decimal(v, &mut digits))
     }
 
     /// `KEYWORD value`.

@@ -190,27 +190,12 @@ fn effect(command: &str, words: &[Word]) -> Vec<u8> {
     for w in words {
         out.push(b' ');
         match w {
-            Word::Num(n) => push_decimal(&mut out, *n),
+            Word::Num(n) => out.extend_from_slice(crate::effect::decimal(*n, &mut [0; 20])),
             Word::Text(t) => out.extend_from_slice(t.as_bytes()),
             Word::Id(id) => push_hex(&mut out, id),
         }
     }
     out
-}
-
-/// Appends `n` in decimal, without an allocation of its own.
-fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut start = digits.len();
-    for slot in digits.iter_mut().rev() {
-        *slot = b'0' + (n % 10) as u8;
-        start -= 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(digits.get(start..).unwrap_or_default());
 }
 
 /// Propagates the effect of a decision (an `RL.APPLY` passes itself on, see

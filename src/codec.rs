@@ -34,20 +34,26 @@ impl<'a> Reader<'a> {
         Ok(b)
     }
 
+    /// One varint, in one pass over at most ten bytes.
+    #[inline(always)]
     pub fn varint(&mut self) -> Result<u64, Malformed> {
         let mut v: u64 = 0;
-        for shift in (0..64).step_by(7) {
-            let b = self.byte()?;
+        for (i, &b) in self.bytes.iter().take(10).enumerate() {
             let part = u64::from(b & 0x7f);
-            if shift == 63 && part > 1 {
+            if i == 9 && part > 1 {
                 return Err(Malformed("varint overflows 64 bits"));
             }
-            v |= part << shift;
+            v |= part << (7 * i);
             if b & 0x80 == 0 {
+                self.bytes = self.bytes.get(i + 1..).unwrap_or_default();
                 return Ok(v);
             }
         }
-        Err(Malformed("varint too long"))
+        if self.bytes.len() >= 10 {
+            Err(Malformed("varint too long"))
+        } else {
+            Err(Malformed("truncated"))
+        }
     }
 
     /// A count of items that each take at least `min_bytes`, refused when the input cannot

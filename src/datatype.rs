@@ -78,9 +78,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
 
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     guard("rdb_save", (), || {
-        if let Some(l) = limiter(value) {
-            l.with_encoding(|bytes| raw::save_slice(rdb, bytes));
-        }
+        value::with_raw_encoding(value, |bytes| raw::save_slice(rdb, bytes));
     })
 }
 
@@ -90,11 +88,11 @@ unsafe extern "C" fn aof_rewrite(
     value: *mut c_void,
 ) {
     guard("aof_rewrite", (), || {
-        let (Some(l), Some(emit)) = (limiter(value), raw::RedisModule_EmitAOF) else {
+        let Some(emit) = raw::RedisModule_EmitAOF else {
             return;
         };
         // Redis writes the key's PEXPIREAT after this command.
-        l.with_encoding(|bytes| {
+        value::with_raw_encoding(value, |bytes| {
             emit(
                 aof,
                 c"RL.RESTORE".as_ptr(),
@@ -115,16 +113,18 @@ unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
 
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     guard("digest", (), || {
-        let (Some(l), Some(add), Some(end)) = (
-            limiter(value),
+        let (Some(add), Some(end)) = (
             raw::RedisModule_DigestAddStringBuffer,
             raw::RedisModule_DigestEndSequence,
         ) else {
             return;
         };
         // The encoding is canonical, so equal states digest equally on every server.
-        l.with_encoding(|bytes| add(md, bytes.as_ptr().cast(), bytes.len()));
-        end(md);
+        let added =
+            value::with_raw_encoding(value, |bytes| add(md, bytes.as_ptr().cast(), bytes.len()));
+        if added.is_some() {
+            end(md);
+        }
     })
 }
 
@@ -139,8 +139,9 @@ unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *cons
 
 /// May run in Redis's lazy-free thread, concurrently with commands: it only hands memory back
 /// to the allocator (thread-safe) and a compact state's reference to its parameter set back
-/// to the shared table (under its lock, see `intern`), and touches no other state (a panic
-/// is logged with no context, which Redis allows from any thread).
+/// to the shared table (an atomic count; the last one under the table's lock, see `intern`),
+/// and touches no other state (a panic is logged with no context, which Redis allows from
+/// any thread).
 unsafe extern "C" fn free(value: *mut c_void) {
     if !value.is_null() {
         guard("free", (), || value::free_raw(value));

@@ -2,18 +2,21 @@
 //! holds a 16-bit slot number instead of its parameters (see `value`'s compact form).
 //!
 //! Reading a slot (`get`) takes no lock: a slot's parameters are written only while no key
-//! refers to it, under the lock, and a key that holds a slot keeps it. Taking and giving
-//! back slots (`intern`, `retain`, `release`) takes the lock: they happen when a key is
-//! created, copied, loaded or freed, or changes parameters, and `release` may run in
-//! Redis's lazy-free thread (a value freed by UNLINK, FLUSHALL ASYNC, lazy expiry), at the
-//! same time as commands on the main thread. Nothing here panics: a poisoned lock is taken
-//! over as it is (no update leaves it half done), and a full table answers `None`.
+//! refers to it, under the lock, and a key that holds a slot keeps it. Reference counts are
+//! atomic: taking one more reference to a slot that has some (`retain`, or `intern` of the
+//! set interned last) and giving back one that is not the last (`release`) take no lock.
+//! Giving back the last one, and interning any other set, take the lock, which guards the
+//! index from sets to slots; a count goes from 0 to 1 and from 1 to 0 only under it.
+//! `release` may run in Redis's lazy-free thread (a value freed by UNLINK, FLUSHALL ASYNC,
+//! lazy expiry), at the same time as commands on the main thread. Nothing here panics: a
+//! poisoned lock is taken over as it is (no update leaves it half done), and a full table
+//! answers `None`.
 //!
 //! Fork children (RDB save, AOF rewrite) only read slots, never the lock, so a lock held by
 //! another thread when the server forked cannot block them.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// A parameter set: the kind's tag and two words of parameters (see `value`).
@@ -30,16 +33,21 @@ pub const SLOTS: usize = 1 << 16;
 /// The table every key's compact value refers to.
 pub static TABLE: Table<SLOTS> = Table::new();
 
-/// One slot's parameter set, readable without the lock.
+/// One slot's parameter set, readable without the lock, and its reference count (0: free).
 struct Slot {
     kind: AtomicU64,
     a: AtomicU64,
     b: AtomicU64,
+    refs: AtomicU32,
 }
 
 /// Slot numbers to parameter sets, with a reference count for each.
 pub struct Table<const N: usize> {
     slots: [Slot; N],
+    /// The slot of the set interned last, plus one (0: none): keys made one after another
+    /// with the same parameters (a load, a burst of new keys) take a reference to it without
+    /// the lock. A hint only: the slot's set is checked, after the reference is taken.
+    last: AtomicU32,
     inner: Mutex<Inner>,
 }
 
@@ -49,15 +57,12 @@ struct Inner {
     /// where a hash map rehashes every entry in the one call that makes it double (tens of
     /// thousands of them, near the table's 65,536).
     index: BTreeMap<Set, u16>,
-    /// The reference count of every slot used so far (0: free).
-    refs: Vec<u32>,
+    /// Slots used so far: `0..used`.
+    used: usize,
     /// Slots whose count went back to 0, to be taken again before new ones.
     free: Vec<u16>,
     /// Slots with a count above 0.
     live: usize,
-    /// The last set interned and its slot: keys made one after another with the same
-    /// parameters (a load, a burst of new keys) skip the hashing.
-    last: Option<(Set, u16)>,
 }
 
 impl<const N: usize> Table<N> {
@@ -70,14 +75,15 @@ impl<const N: usize> Table<N> {
                     kind: AtomicU64::new(0),
                     a: AtomicU64::new(0),
                     b: AtomicU64::new(0),
+                    refs: AtomicU32::new(0),
                 }
             }; N],
+            last: AtomicU32::new(0),
             inner: Mutex::new(Inner {
                 index: BTreeMap::new(),
-                refs: Vec::new(),
+                used: 0,
                 free: Vec::new(),
                 live: 0,
-                last: None,
             }),
         }
     }
@@ -106,19 +112,54 @@ impl<const N: usize> Table<N> {
         }
     }
 
-    /// A reference to the slot holding `set`, which gets one if none does; `None` when
-    /// every slot holds another set (or a count would overflow).
-    pub fn intern(&self, set: Set) -> Option<u16> {
-        let mut inner = self.lock();
-        if let Some((last, slot)) = inner.last {
-            if last == set && inner.add_ref(slot) {
-                return Some(slot);
+    /// One more reference to `slot` if it has some already (never to a free slot): false
+    /// when it has none, or the count would overflow.
+    #[inline]
+    fn add_ref(&self, slot: u16) -> bool {
+        let Some(s) = self.slots.get(usize::from(slot)) else {
+            return false;
+        };
+        let mut n = s.refs.load(Ordering::Relaxed);
+        loop {
+            if n == 0 || n == u32::MAX {
+                return false;
+            }
+            // Acquire: the set written before the count left 0 is then visible.
+            match s
+                .refs
+                .compare_exchange_weak(n, n + 1, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(now) => n = now,
             }
         }
-        let found = inner.index.get(&set).copied();
-        let slot = match found {
+    }
+
+    /// A reference to the slot holding `set`, which gets one if none does; `None` when
+    /// every slot holds another set (or a count would overflow).
+    #[inline]
+    pub fn intern(&self, set: Set) -> Option<u16> {
+        // The set interned last, without the lock: its slot checked once referenced (a slot
+        // with a reference keeps its set).
+        if let Some(slot) = self.last.load(Ordering::Relaxed).checked_sub(1) {
+            let slot = slot as u16;
+            if self.get(slot) == set && self.add_ref(slot) {
+                if self.get(slot) == set {
+                    return Some(slot);
+                }
+                self.release(slot);
+            }
+        }
+        self.intern_locked(set)
+    }
+
+    fn intern_locked(&self, set: Set) -> Option<u16> {
+        let mut inner = self.lock();
+        let slot = match inner.index.get(&set).copied() {
+            // An indexed slot has a reference (the last one goes under the lock, with the
+            // entry): false only on overflow.
             Some(slot) => {
-                if !inner.add_ref(slot) {
+                if !self.add_ref(slot) {
                     return None;
                 }
                 slot
@@ -126,9 +167,10 @@ impl<const N: usize> Table<N> {
             None => {
                 let slot = match inner.free.pop() {
                     Some(slot) => slot,
-                    None if inner.refs.len() < N => {
-                        inner.refs.push(0);
-                        u16::try_from(inner.refs.len() - 1).ok()?
+                    None if inner.used < N => {
+                        let slot = u16::try_from(inner.used).ok()?;
+                        inner.used += 1;
+                        slot
                     }
                     None => return None,
                 };
@@ -136,41 +178,68 @@ impl<const N: usize> Table<N> {
                 s.kind.store(u64::from(set.kind), Ordering::Relaxed);
                 s.a.store(set.a, Ordering::Relaxed);
                 s.b.store(set.b, Ordering::Relaxed);
+                // Release: the set is visible to whoever sees the count.
+                s.refs.store(1, Ordering::Release);
                 inner.index.insert(set, slot);
-                inner.add_ref(slot);
                 inner.live += 1;
                 slot
             }
         };
-        inner.last = Some((set, slot));
+        self.last.store(u32::from(slot) + 1, Ordering::Relaxed);
         Some(slot)
     }
 
     /// One more reference to `slot`, which the caller holds already (a copy of a key):
     /// false when the count would overflow.
     pub fn retain(&self, slot: u16) -> bool {
-        let mut inner = self.lock();
-        inner.refs.get(usize::from(slot)).is_some_and(|&n| n > 0) && inner.add_ref(slot)
+        self.add_ref(slot)
     }
 
     /// Gives back one reference to `slot`; the slot is free once none is left.
+    #[inline]
     pub fn release(&self, slot: u16) {
-        let mut inner = self.lock();
-        let Some(n) = inner.refs.get_mut(usize::from(slot)) else {
+        let Some(s) = self.slots.get(usize::from(slot)) else {
             return;
         };
-        if *n == 0 {
+        // Not the last reference: no lock.
+        let mut n = s.refs.load(Ordering::Relaxed);
+        while n > 1 {
+            match s
+                .refs
+                .compare_exchange_weak(n, n - 1, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(now) => n = now,
+            }
+        }
+        if n == 0 {
             return;
         }
-        *n -= 1;
-        if *n > 0 {
-            return;
+        self.release_last(slot, s);
+    }
+
+    /// [`Table::release`] of what looked like the last reference: under the lock, so that
+    /// the count reaches 0 and the set leaves the index together.
+    #[cold]
+    fn release_last(&self, slot: u16, s: &Slot) {
+        let mut inner = self.lock();
+        let mut n = s.refs.load(Ordering::Relaxed);
+        loop {
+            let next = match n {
+                0 => return,
+                n => n - 1,
+            };
+            match s
+                .refs
+                .compare_exchange_weak(n, next, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) if next > 0 => return,
+                Ok(_) => break,
+                Err(now) => n = now,
+            }
         }
         let set = self.get(slot);
         inner.index.remove(&set);
-        if inner.last.is_some_and(|(_, s)| s == slot) {
-            inner.last = None;
-        }
         inner.free.push(slot);
         inner.live -= 1;
     }
@@ -183,27 +252,9 @@ impl<const N: usize> Table<N> {
     /// The references to `slot` (tests).
     #[cfg(test)]
     pub fn refs(&self, slot: u16) -> u32 {
-        self.lock()
-            .refs
+        self.slots
             .get(usize::from(slot))
-            .copied()
-            .unwrap_or(0)
-    }
-}
-
-impl Inner {
-    /// Adds a reference to a slot in use (or just taken); false on overflow.
-    fn add_ref(&mut self, slot: u16) -> bool {
-        match self.refs.get_mut(usize::from(slot)) {
-            Some(n) => match n.checked_add(1) {
-                Some(m) => {
-                    *n = m;
-                    true
-                }
-                None => false,
-            },
-            None => false,
-        }
+            .map_or(0, |s| s.refs.load(Ordering::Relaxed))
     }
 }
 

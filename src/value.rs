@@ -74,7 +74,7 @@ use crate::algo::fixed::{self, FixedWindow};
 use crate::algo::gcra::{Gcra, Params};
 use crate::algo::lease::{self, Leases};
 use crate::algo::retention::{Front, MAX_KEPT};
-use crate::algo::slide::SlidingLog;
+use crate::algo::slide::{SlidingLog, Windows};
 use crate::algo::subwin::{self, SubWindow};
 use crate::algo::{Decision, Limit, Millis, Window};
 use crate::codec::{put_varint, Malformed, Reader};
@@ -514,7 +514,7 @@ impl Limiter {
                     });
                     record.map_err(|e| bad = Some(e)).ok()
                 });
-                let log = SlidingLog::from_records(windows, latest, records);
+                let log = SlidingLog::from_records(&windows, latest, records);
                 if let Some(e) = bad {
                     return Err(e);
                 }
@@ -801,6 +801,41 @@ fn unpack(p: &Packed) -> (Limiter, u16) {
     (limiter, slot)
 }
 
+/// The version 3 encoding of the state `p` holds (see [`Limiter::fixed_fields`]), made from
+/// its words and parameter set without rebuilding the limiter, into `out` (empty); false for
+/// a set of another kind (not reached).
+#[inline]
+fn compact_encoding(p: &Packed, out: &mut SmallOut) -> bool {
+    let latest = p.head >> SLOT_BITS;
+    let set = intern::TABLE.get(p.head as u16);
+    let (limit, window_ms) = (set.a >> 32, set.a & LOW32);
+    out.put(&[ENCODING_VERSION, set.kind]);
+    match set.kind {
+        2 | 3 => {
+            [latest, p.tail, limit, window_ms, set.b >> 32]
+                .into_iter()
+                .for_each(|v| out.varint(v));
+            if set.kind == 3 {
+                let max_delay_ms = set.b & LOW32;
+                out.varint(if max_delay_ms == window_ms {
+                    0
+                } else {
+                    max_delay_ms + 1
+                });
+            }
+        }
+        4 => {
+            let end = end_of(p.tail & LOW32, latest);
+            let count = if latest < end { p.tail >> 32 } else { 0 };
+            [latest, zigzag(end, latest), count, limit, window_ms, set.b]
+                .into_iter()
+                .for_each(|v| out.varint(v));
+        }
+        _ => return false,
+    }
+    true
+}
+
 /// The compact form of `limiter`, tagged, holding a reference to its parameters' slot;
 /// `None` when it does not fit or the table is full.
 fn into_compact(limiter: &Limiter) -> Option<*mut c_void> {
@@ -980,6 +1015,26 @@ pub unsafe fn lend_raw<'a>(raw: *mut c_void) -> Option<Lent<'a>> {
         raw,
         _key: PhantomData,
     })
+}
+
+/// Calls `f` with the encoding of the limiter behind `raw` ([`Limiter::with_encoding`]'s
+/// bytes; `None` for a null pointer): RDB save, AOF rewrite and digest. A compact state is
+/// encoded straight from its 16 bytes and parameter set, without rebuilding the limiter.
+///
+/// # Safety
+/// As for [`lend_raw`], for the call.
+#[inline]
+pub unsafe fn with_raw_encoding<R>(raw: *mut c_void, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+    if raw.addr() & TAGS == COMPACT {
+        // SAFETY: tagged COMPACT: a live `Packed` from `into_compact`, the key's.
+        let p = unsafe { &*raw.map_addr(|a| a & !TAGS).cast::<Packed>() };
+        let mut out = SmallOut::new();
+        if compact_encoding(p, &mut out) {
+            return Some(f(out.as_bytes()));
+        }
+    }
+    // SAFETY: as the caller promises.
+    unsafe { lend_raw(raw) }.map(|l| l.with_encoding(f))
 }
 
 impl Lent<'_> {
@@ -1244,10 +1299,14 @@ impl Sink for Vec<u8> {
     }
 }
 
-/// A fixed-size encoding buffer on the stack, for the encodings of at most 64 bytes; a longer
-/// one overflows it (and is written to a `Vec` instead).
+/// What [`SmallOut`] holds: the encodings of at most 64 bytes (a power of two).
+const SMALL_OUT: usize = 64;
+const _: () = assert!(SMALL_OUT.is_power_of_two());
+
+/// A fixed-size encoding buffer on the stack, for the encodings of at most [`SMALL_OUT`]
+/// bytes; a longer one overflows it (and is written to a `Vec` instead).
 struct SmallOut {
-    buf: [u8; 64],
+    buf: [u8; SMALL_OUT],
     len: usize,
     overflowed: bool,
 }
@@ -1255,7 +1314,7 @@ struct SmallOut {
 impl SmallOut {
     fn new() -> SmallOut {
         SmallOut {
-            buf: [0; 64],
+            buf: [0; SMALL_OUT],
             len: 0,
             overflowed: false,
         }
@@ -1277,30 +1336,35 @@ impl Sink for SmallOut {
         }
     }
 
+    #[inline(always)]
     fn varint(&mut self, mut v: u64) {
-        if !self.overflowed && self.len + 10 <= self.buf.len() {
+        let mut len = self.len;
+        if !self.overflowed && len + 10 <= SMALL_OUT {
             // Room for the longest varint: written in place.
-            loop {
-                let byte = if v >= 0x80 { (v as u8) | 0x80 } else { v as u8 };
-                if let Some(slot) = self.buf.get_mut(self.len) {
-                    *slot = byte;
+            // (`len` stays below SMALL_OUT: the mask only spares the bounds checks.)
+            while v >= 0x80 {
+                if let Some(slot) = self.buf.get_mut(len & (SMALL_OUT - 1)) {
+                    *slot = (v as u8) | 0x80;
                 }
-                self.len += 1;
                 v >>= 7;
-                if v == 0 {
-                    return;
-                }
+                len += 1;
+            }
+            if let Some(slot) = self.buf.get_mut(len & (SMALL_OUT - 1)) {
+                *slot = v as u8;
+            }
+            self.len = len + 1;
+            return;
+        }
+        let (mut bytes, mut n) = ([0u8; 10], 0);
+        for slot in bytes.iter_mut() {
+            *slot = if v >= 0x80 { (v as u8) | 0x80 } else { v as u8 };
+            n += 1;
+            v >>= 7;
+            if v == 0 {
+                break;
             }
         }
-        let mut bytes = [0u8; 10];
-        let mut n = 0;
-        while v >= 0x80 && n < 9 {
-            bytes[n] = (v as u8) | 0x80;
-            v >>= 7;
-            n += 1;
-        }
-        bytes[n] = v as u8;
-        self.put(&bytes[..=n]);
+        self.put(bytes.get(..n).unwrap_or_default());
     }
 
     fn full(&self) -> bool {
@@ -1308,16 +1372,21 @@ impl Sink for SmallOut {
     }
 }
 
-fn get_windows(r: &mut Reader) -> Result<Vec<Window>, Malformed> {
+/// A log's windows as persisted, read onto the stack: a count, then that many `(limit,
+/// window_ms)`; more than `MAX_WINDOWS` is refused here.
+fn get_windows(r: &mut Reader) -> Result<Windows, Malformed> {
     let n = r.count(2)?;
-    (0..n)
-        .map(|_| {
-            Ok(Window {
-                limit: r.varint()?,
-                window_ms: r.varint()?,
-            })
-        })
-        .collect()
+    let mut out = Windows::default();
+    for _ in 0..n {
+        let w = Window {
+            limit: r.varint()?,
+            window_ms: r.varint()?,
+        };
+        if !out.push(w) {
+            return Err(Malformed("bad number of windows"));
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -2074,6 +2143,8 @@ mod tests {
                     let own = if fits { 16 } else { 32 };
                     prop_assert_eq!(lent.mem_usage(), VALUE_OBJECT + own);
                 }
+                // RDB save, AOF rewrite and digest encode the stored form directly.
+                prop_assert_eq!(with_raw_encoding(cell, <[u8]>::to_vec), Some(state.encode()));
                 // New parameters (a new slot), or the same (the slot kept).
                 let mut changed = state.clone();
                 let now = state.latest() + dt;
@@ -2098,6 +2169,7 @@ mod tests {
                     _ => prop_assert!(false, "another kind"),
                 }
                 drop(held);
+                prop_assert_eq!(with_raw_encoding(cell, <[u8]>::to_vec), Some(changed.encode()));
                 let back = from_raw(cell);
                 prop_assert_eq!(format!("{back:?}"), format!("{changed:?}"));
                 prop_assert_eq!(back.encode(), changed.encode());

@@ -220,6 +220,32 @@ pub struct Windows {
     list: [Window; MAX_WINDOWS],
 }
 
+impl Default for Windows {
+    fn default() -> Self {
+        Windows {
+            len: 0,
+            list: [Window {
+                limit: 0,
+                window_ms: 0,
+            }; MAX_WINDOWS],
+        }
+    }
+}
+
+impl Windows {
+    /// Appends `w`; false when [`MAX_WINDOWS`] are there already.
+    pub fn push(&mut self, w: Window) -> bool {
+        match self.list.get_mut(self.len) {
+            Some(slot) => {
+                *slot = w;
+                self.len += 1;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 impl std::ops::Deref for Windows {
     type Target = [Window];
 
@@ -414,7 +440,7 @@ impl SlidingLog {
     /// Rebuilds a log from its persisted parts, checking every invariant so that a damaged
     /// payload is refused instead of producing a log that misbehaves later.
     pub fn from_records(
-        windows: Vec<Window>,
+        windows: &[Window],
         latest: Millis,
         records: impl IntoIterator<Item = (Millis, u64)>,
     ) -> Result<Self, Corrupt> {
@@ -427,7 +453,7 @@ impl SlidingLog {
         if latest > MAX_TIMESTAMP {
             return Err(Corrupt("time out of range"));
         }
-        let mut log = SlidingLog::new(&windows);
+        let mut log = SlidingLog::new(windows);
         log.latest = latest;
         let mut total: u64 = 0;
         let mut oldest = None;
@@ -457,18 +483,9 @@ impl SlidingLog {
 
     /// The windows the log last recorded under (or was created with).
     pub fn windows(&self) -> Windows {
-        let mut out = Windows {
-            len: 0,
-            list: [Window {
-                limit: 0,
-                window_ms: 0,
-            }; MAX_WINDOWS],
-        };
+        let mut out = Windows::default();
         let mut put = |w: Window| {
-            if let Some(slot) = out.list.get_mut(out.len) {
-                *slot = w;
-                out.len += 1;
-            }
+            out.push(w);
         };
         match &self.body {
             Body::Small(s) => s.packed_windows().iter().for_each(|p| put(unpack(p))),
@@ -1136,7 +1153,7 @@ mod tests {
     #[test]
     fn from_records_refuses_broken_logs() {
         let ws = vec![w(10, 1000)];
-        let ok = SlidingLog::from_records(ws.clone(), T0 + 5, [(T0, 1), (T0 + 5, 2)]);
+        let ok = SlidingLog::from_records(&ws, T0 + 5, [(T0, 1), (T0 + 5, 2)]);
         assert_eq!(ok.unwrap().records().count(), 2);
         type Case = (Vec<Window>, Millis, Vec<(Millis, u64)>);
         let cases: [Case; 7] = [
@@ -1149,7 +1166,7 @@ mod tests {
             (ws.clone(), T0, vec![(T0, MAX_LIMIT + 1)]),
         ];
         for (windows, latest, records) in cases {
-            assert!(SlidingLog::from_records(windows, latest, records).is_err());
+            assert!(SlidingLog::from_records(&windows, latest, records).is_err());
         }
     }
 
@@ -1477,7 +1494,7 @@ mod tests {
                 log.acquire(now, &ws, cost);
             }
             let again = SlidingLog::from_records(
-                log.windows().to_vec(), log.latest(), log.records().collect::<Vec<_>>());
+                &log.windows(), log.latest(), log.records().collect::<Vec<_>>());
             let again = again.unwrap();
             prop_assert_eq!(again.records().collect::<Vec<_>>(), log.records().collect::<Vec<_>>());
             prop_assert_eq!(again.peek(now + 1), log.peek(now + 1));
@@ -1534,7 +1551,7 @@ mod tests {
                 let used: u64 = model.0.iter().filter(|r| r.0 + window > now).map(|r| r.1).sum();
                 prop_assert_eq!(log.peek(now).remaining, MAX_LIMIT - used);
                 let again = SlidingLog::from_records(
-                    log.windows().to_vec(), log.latest(), log.records().collect::<Vec<_>>())
+                    &log.windows(), log.latest(), log.records().collect::<Vec<_>>())
                     .unwrap()
                     .with_retention(log.retention())
                     .unwrap();

@@ -76,6 +76,11 @@ impl<'a> Reader<'a> {
         Ok(head)
     }
 
+    /// What is left to read.
+    pub fn rest(&self) -> &'a [u8] {
+        self.bytes
+    }
+
     pub fn finish(self) -> Result<(), Malformed> {
         if self.bytes.is_empty() {
             Ok(())

@@ -9,7 +9,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use redis_module::{logging, native_types::RedisType, raw};
 
 use crate::args::AsBytes;
-use crate::value::{self, Kind, Lent, Limiter};
+use crate::value::{self, Kind, Lent};
 
 /// The encoding version Redis stores in RDB files next to each value. Version 1 is a single
 /// string holding [`Limiter::encode`]'s bytes.
@@ -66,8 +66,8 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         let Ok(buffer) = raw::load_string_buffer(rdb) else {
             return std::ptr::null_mut();
         };
-        match Limiter::decode(buffer.as_ref()) {
-            Ok(limiter) => value::into_raw(limiter),
+        match value::decode_raw(buffer.as_ref()) {
+            Ok(raw) => raw,
             Err(e) => {
                 logging::log_warning(format!("ratelimit: refused a damaged value: {}", e.0));
                 std::ptr::null_mut()

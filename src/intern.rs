@@ -1,5 +1,8 @@
 //! A process-wide table of parameter sets, each with a reference count, so that a key
-//! holds a 16-bit slot number instead of its parameters (see `value`'s compact form).
+//! holds a 16-bit slot number instead of its parameters (see `value`'s compact form). Each
+//! set keeps a suffix beside it, bytes its user made of it once (`value`: the parameters'
+//! part of the encoding, which RDB save then copies and a load of keys sharing them
+//! compares instead of parsing).
 //!
 //! Reading a slot (`get`) takes no lock: a slot's parameters are written only while no key
 //! refers to it, under the lock, and a key that holds a slot keeps it. Reference counts are
@@ -27,17 +30,69 @@ pub struct Set {
     pub b: u64,
 }
 
+/// Bytes a caller keeps with a set, given when a slot takes it and read back without the lock
+/// (a set's encoding, see `value`): at most [`SUFFIX`], kept as little-endian words.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Suffix {
+    len: usize,
+    words: [u64; 3],
+}
+
+/// The longest [`Suffix`].
+pub const SUFFIX: usize = 24;
+
+impl Suffix {
+    /// `bytes` as a suffix; `None` when longer than [`SUFFIX`].
+    #[inline]
+    pub fn new(bytes: &[u8]) -> Option<Suffix> {
+        let mut padded = [0u8; SUFFIX];
+        padded.get_mut(..bytes.len())?.copy_from_slice(bytes);
+        let word = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(padded.get(i * 8..i * 8 + 8).unwrap_or(&[0; 8]));
+            u64::from_le_bytes(w)
+        };
+        Some(Suffix {
+            len: bytes.len(),
+            words: [word(0), word(1), word(2)],
+        })
+    }
+
+    /// How many bytes it has.
+    pub fn byte_len(&self) -> usize {
+        self.len
+    }
+
+    /// The bytes, zero-padded to [`SUFFIX`]: the first [`Suffix::byte_len`] count.
+    #[inline]
+    pub fn padded(&self) -> [u8; SUFFIX] {
+        let mut out = [0u8; SUFFIX];
+        for (chunk, w) in out.chunks_exact_mut(8).zip(self.words) {
+            chunk.copy_from_slice(&w.to_le_bytes());
+        }
+        out
+    }
+
+    /// Whether `bytes` are this suffix's.
+    #[inline]
+    pub fn is(&self, bytes: &[u8]) -> bool {
+        bytes.len() == self.len && Suffix::new(bytes).is_some_and(|s| s.words == self.words)
+    }
+}
+
 /// The slots of the process-wide table: a slot number is 16 bits.
 pub const SLOTS: usize = 1 << 16;
 
 /// The table every key's compact value refers to.
 pub static TABLE: Table<SLOTS> = Table::new();
 
-/// One slot's parameter set, readable without the lock, and its reference count (0: free).
+/// One slot's parameter set and its suffix, readable without the lock, and its reference
+/// count (0: free). `kind` holds the set's kind in its low byte, the suffix's length above.
 struct Slot {
     kind: AtomicU64,
     a: AtomicU64,
     b: AtomicU64,
+    suffix: [AtomicU64; 3],
     refs: AtomicU32,
 }
 
@@ -75,6 +130,7 @@ impl<const N: usize> Table<N> {
                     kind: AtomicU64::new(0),
                     a: AtomicU64::new(0),
                     b: AtomicU64::new(0),
+                    suffix: [const { AtomicU64::new(0) }; 3],
                     refs: AtomicU32::new(0),
                 }
             }; N],
@@ -112,6 +168,28 @@ impl<const N: usize> Table<N> {
         }
     }
 
+    /// The kind of `slot`'s set and its suffix (as [`Table::get`], no lock).
+    #[inline]
+    pub fn suffix(&self, slot: u16) -> (u8, Suffix) {
+        match self.slots.get(usize::from(slot)) {
+            Some(s) => {
+                let kind = s.kind.load(Ordering::Relaxed);
+                let words = s.suffix.each_ref().map(|w| w.load(Ordering::Relaxed));
+                let len = ((kind >> 8) as usize).min(SUFFIX);
+                (kind as u8, Suffix { len, words })
+            }
+            None => (0, Suffix::default()),
+        }
+    }
+
+    /// The slot of the set interned last (a hint: it may have been freed since, or hold
+    /// another set).
+    #[inline]
+    pub fn last(&self) -> Option<u16> {
+        let last = self.last.load(Ordering::Relaxed).checked_sub(1)?;
+        u16::try_from(last).ok()
+    }
+
     /// One more reference to `slot` if it has some already (never to a free slot): false
     /// when it has none, or the count would overflow.
     #[inline]
@@ -135,10 +213,11 @@ impl<const N: usize> Table<N> {
         }
     }
 
-    /// A reference to the slot holding `set`, which gets one if none does; `None` when
-    /// every slot holds another set (or a count would overflow).
+    /// A reference to the slot holding `set`, which gets one if none does (with the suffix
+    /// `suffix` makes of it); `None` when every slot holds another set (or a count would
+    /// overflow).
     #[inline]
-    pub fn intern(&self, set: Set) -> Option<u16> {
+    pub fn intern(&self, set: Set, suffix: impl FnOnce(&Set) -> Suffix) -> Option<u16> {
         // The set interned last, without the lock: its slot checked once referenced (a slot
         // with a reference keeps its set).
         if let Some(slot) = self.last.load(Ordering::Relaxed).checked_sub(1) {
@@ -150,10 +229,10 @@ impl<const N: usize> Table<N> {
                 self.release(slot);
             }
         }
-        self.intern_locked(set)
+        self.intern_locked(set, suffix)
     }
 
-    fn intern_locked(&self, set: Set) -> Option<u16> {
+    fn intern_locked(&self, set: Set, suffix: impl FnOnce(&Set) -> Suffix) -> Option<u16> {
         let mut inner = self.lock();
         let slot = match inner.index.get(&set).copied() {
             // An indexed slot has a reference (the last one goes under the lock, with the
@@ -175,9 +254,16 @@ impl<const N: usize> Table<N> {
                     None => return None,
                 };
                 let s = self.slots.get(usize::from(slot))?;
-                s.kind.store(u64::from(set.kind), Ordering::Relaxed);
+                let suffix = suffix(&set);
+                s.kind.store(
+                    u64::from(set.kind) | (suffix.len as u64) << 8,
+                    Ordering::Relaxed,
+                );
                 s.a.store(set.a, Ordering::Relaxed);
                 s.b.store(set.b, Ordering::Relaxed);
+                for (word, w) in s.suffix.iter().zip(suffix.words) {
+                    word.store(w, Ordering::Relaxed);
+                }
                 // Release: the set is visible to whoever sees the count.
                 s.refs.store(1, Ordering::Release);
                 inner.index.insert(set, slot);
@@ -262,6 +348,10 @@ impl<const N: usize> Table<N> {
 mod tests {
     use super::*;
 
+    fn suffix_of(set: &Set) -> Suffix {
+        Suffix::new(&set.b.to_le_bytes()[..1 + (set.b % 8) as usize]).unwrap()
+    }
+
     fn set(i: u64) -> Set {
         Set {
             kind: 2,
@@ -273,12 +363,15 @@ mod tests {
     #[test]
     fn equal_sets_share_a_slot_until_the_last_reference_goes() {
         let t: Box<Table<8>> = Box::new(Table::new());
-        let a = t.intern(set(1)).unwrap();
-        let b = t.intern(set(2)).unwrap();
+        let a = t.intern(set(1), suffix_of).unwrap();
+        let b = t.intern(set(2), suffix_of).unwrap();
         assert_ne!(a, b);
-        assert_eq!(t.intern(set(1)), Some(a));
+        assert_eq!(t.intern(set(1), suffix_of), Some(a));
         assert_eq!(t.get(a), set(1));
         assert_eq!(t.get(b), set(2));
+        assert_eq!(t.suffix(a), (2, suffix_of(&set(1))));
+        assert_eq!(t.suffix(b), (2, suffix_of(&set(2))));
+        assert_eq!(t.last(), Some(a));
         assert_eq!((t.refs(a), t.refs(b), t.live()), (2, 1, 2));
         assert!(t.retain(a));
         assert_eq!(t.refs(a), 3);
@@ -291,11 +384,12 @@ mod tests {
         t.release(a);
         assert_eq!(t.refs(a), 0);
         // The free slot is taken again first, by another set.
-        let c = t.intern(set(3)).unwrap();
+        let c = t.intern(set(3), suffix_of).unwrap();
         assert_eq!(c, a);
         assert_eq!(t.get(c), set(3));
+        assert_eq!(t.suffix(c), (2, suffix_of(&set(3))));
         // set(1) is no longer known: it takes a new slot.
-        let d = t.intern(set(1)).unwrap();
+        let d = t.intern(set(1), suffix_of).unwrap();
         assert!(d != a && d != b);
         assert_eq!(t.live(), 3);
     }
@@ -303,26 +397,28 @@ mod tests {
     #[test]
     fn a_full_table_answers_none_until_a_slot_is_free() {
         let t: Box<Table<4>> = Box::new(Table::new());
-        let slots: Vec<u16> = (0..4).map(|i| t.intern(set(i)).unwrap()).collect();
-        assert_eq!(t.intern(set(9)), None);
+        let slots: Vec<u16> = (0..4)
+            .map(|i| t.intern(set(i), suffix_of).unwrap())
+            .collect();
+        assert_eq!(t.intern(set(9), suffix_of), None);
         // Sets already in the table still get references.
-        assert_eq!(t.intern(set(2)), Some(slots[2]));
+        assert_eq!(t.intern(set(2), suffix_of), Some(slots[2]));
         t.release(slots[1]);
-        assert_eq!(t.intern(set(9)), Some(slots[1]));
-        assert_eq!(t.intern(set(10)), None);
+        assert_eq!(t.intern(set(9), suffix_of), Some(slots[1]));
+        assert_eq!(t.intern(set(10), suffix_of), None);
         assert_eq!(t.live(), 4);
     }
 
     #[test]
     fn the_last_set_is_found_again_after_its_slot_went() {
         let t: Box<Table<4>> = Box::new(Table::new());
-        let a = t.intern(set(1)).unwrap();
+        let a = t.intern(set(1), suffix_of).unwrap();
         t.release(a);
         // The cache must not hand out the freed slot for another set, nor for this one
         // without counting it.
-        let b = t.intern(set(2)).unwrap();
+        let b = t.intern(set(2), suffix_of).unwrap();
         assert_eq!(b, a);
-        let c = t.intern(set(1)).unwrap();
+        let c = t.intern(set(1), suffix_of).unwrap();
         assert_ne!(c, b);
         assert_eq!((t.get(b), t.get(c)), (set(2), set(1)));
         assert_eq!((t.refs(b), t.refs(c)), (1, 1));
@@ -331,14 +427,15 @@ mod tests {
     #[test]
     fn threads_taking_and_giving_back_leave_the_counts_exact() {
         let t: &'static Table<64> = Box::leak(Box::new(Table::new()));
-        let keep = t.intern(set(0)).unwrap();
+        let keep = t.intern(set(0), suffix_of).unwrap();
         let workers: Vec<_> = (0..4u64)
             .map(|w| {
                 std::thread::spawn(move || {
                     for i in 0..2000u64 {
                         let s = set((w * 7 + i) % 16);
-                        let slot = t.intern(s).unwrap();
+                        let slot = t.intern(s, suffix_of).unwrap();
                         assert_eq!(t.get(slot), s);
+                        assert_eq!(t.suffix(slot), (2, suffix_of(&s)));
                         assert!(t.retain(slot));
                         t.release(slot);
                         t.release(slot);
@@ -358,14 +455,14 @@ mod tests {
     #[test]
     fn a_poisoned_lock_is_taken_over() {
         let t: &'static Table<4> = Box::leak(Box::new(Table::new()));
-        let a = t.intern(set(1)).unwrap();
+        let a = t.intern(set(1), suffix_of).unwrap();
         let _ = std::thread::spawn(move || {
             let _guard = t.lock();
             panic!("poison the lock");
         })
         .join();
         assert!(t.inner.is_poisoned());
-        assert_eq!(t.intern(set(1)), Some(a));
+        assert_eq!(t.intern(set(1), suffix_of), Some(a));
         t.release(a);
         t.release(a);
         assert_eq!(t.live(), 0);

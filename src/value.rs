@@ -59,7 +59,10 @@
 //! moves, their parameters interned in a table that keys share (`intern`: a 16-bit slot,
 //! counted), or, when they do not fit that form or the table is full, their own 32-byte box
 //! (see [`Packed`]). Either form answers, encodes and digests alike; a command changes a
-//! copy of the state and writes it back when its borrow ends (see [`Held`]).
+//! copy of the state and writes it back when its borrow ends (see [`Held`]). A compact
+//! state is encoded from its 16 bytes and the parameters' encoding the table keeps (see
+//! [`set_suffix`]), and an RDB load of keys sharing the set interned last decodes them
+//! straight into that form ([`decode_raw`]).
 //!
 //! The encoding is canonical (the same logical state always gives the same bytes, one
 //! version per build), so it also serves as the digest.
@@ -76,7 +79,7 @@ use crate::algo::lease::{self, Leases};
 use crate::algo::retention::{Front, MAX_KEPT};
 use crate::algo::slide::{SlidingLog, Windows};
 use crate::algo::subwin::{self, SubWindow};
-use crate::algo::{Decision, Limit, Millis, Window};
+use crate::algo::{Decision, Limit, Millis, Window, MAX_TIMESTAMP};
 use crate::codec::{put_varint, Malformed, Reader};
 use crate::intern;
 
@@ -801,18 +804,16 @@ fn unpack(p: &Packed) -> (Limiter, u16) {
     (limiter, slot)
 }
 
-/// The version 3 encoding of the state `p` holds (see [`Limiter::fixed_fields`]), made from
-/// its words and parameter set without rebuilding the limiter, into `out` (empty); false for
-/// a set of another kind (not reached).
-#[inline]
-fn compact_encoding(p: &Packed, out: &mut SmallOut) -> bool {
-    let latest = p.head >> SLOT_BITS;
-    let set = intern::TABLE.get(p.head as u16);
+/// The end of a compact state's version 3 encoding that only its parameters make (the same
+/// for every key sharing them, kept with them in the table): `limit window_ms burst` for a
+/// token bucket, then `delay` for a leaky bucket, `limit window_ms align` for a fixed window
+/// (see the module docs and [`Limiter::fixed_fields`]).
+fn set_suffix(set: &intern::Set) -> intern::Suffix {
     let (limit, window_ms) = (set.a >> 32, set.a & LOW32);
-    out.put(&[ENCODING_VERSION, set.kind]);
+    let mut out = SmallOut::new();
     match set.kind {
         2 | 3 => {
-            [latest, p.tail, limit, window_ms, set.b >> 32]
+            [limit, window_ms, set.b >> 32]
                 .into_iter()
                 .for_each(|v| out.varint(v));
             if set.kind == 3 {
@@ -824,23 +825,110 @@ fn compact_encoding(p: &Packed, out: &mut SmallOut) -> bool {
                 });
             }
         }
+        _ => [limit, window_ms, set.b]
+            .into_iter()
+            .for_each(|v| out.varint(v)),
+    }
+    // At most four varints of 32 bits: 20 bytes.
+    intern::Suffix::new(out.as_bytes()).unwrap_or_default()
+}
+
+/// The varints of a compact state's version 3 encoding before its parameters' (see
+/// [`set_suffix`]): `latest debt` for a bucket, `latest ahead count` for a fixed window.
+#[inline]
+fn compact_fields(kind: u8, p: &Packed) -> Option<([u64; 3], usize)> {
+    let latest = p.head >> SLOT_BITS;
+    match kind {
+        2 | 3 => Some(([latest, p.tail, 0], 2)),
         4 => {
             let end = end_of(p.tail & LOW32, latest);
             let count = if latest < end { p.tail >> 32 } else { 0 };
-            [latest, zigzag(end, latest), count, limit, window_ms, set.b]
-                .into_iter()
-                .for_each(|v| out.varint(v));
+            Some(([latest, zigzag(end, latest), count], 3))
         }
-        _ => return false,
+        _ => None,
     }
+}
+
+/// The version 3 encoding of the state `p` holds, made from its words and its parameters'
+/// suffix without rebuilding the limiter, into `out` (empty); false for a set of another
+/// kind (not reached).
+#[inline]
+fn compact_encoding(p: &Packed, out: &mut SmallOut) -> bool {
+    let (kind, suffix) = intern::TABLE.suffix(p.head as u16);
+    let Some((fields, n)) = compact_fields(kind, p) else {
+        return false;
+    };
+    out.put(&[ENCODING_VERSION, kind]);
+    fields.into_iter().take(n).for_each(|v| out.varint(v));
+    out.put_padded(&suffix.padded(), suffix.byte_len());
     true
+}
+
+/// Decodes a bucket's or fixed window's version 3 encoding straight into its compact form
+/// when its parameters are those of the set interned last (a load or restore of keys that
+/// share them: no parameters to read, check or look up), `None` otherwise (the caller then
+/// decodes it the general way, which also refuses what is damaged). The same value as
+/// `into_raw(Limiter::decode(bytes)?)`: the suffix identifies the set, and the state is
+/// checked as `from_parts` and [`packed_parts`] do.
+fn decode_compact(bytes: &[u8]) -> Option<*mut c_void> {
+    let (&[version, kind], rest) = bytes.split_first_chunk::<2>()?;
+    if version != 3 || !(2..=4).contains(&kind) {
+        return None;
+    }
+    let slot = intern::TABLE.last()?;
+    let (set_kind, suffix) = intern::TABLE.suffix(slot);
+    if set_kind != kind {
+        return None;
+    }
+    let mut r = Reader::new(rest);
+    let latest = r.varint().ok()?;
+    if latest > MAX_TIMESTAMP || latest >> (64 - SLOT_BITS) != 0 {
+        return None;
+    }
+    let tail = if kind == 4 {
+        let (z, count) = (r.varint().ok()?, r.varint().ok()?);
+        let end = unzigzag(z, latest).ok()?;
+        if end > MAX_TIMESTAMP + fixed::MAX_WINDOW_MS || count > LOW32 {
+            return None;
+        }
+        count << 32 | ahead32(end, latest)?
+    } else {
+        r.varint().ok()?
+    };
+    if !suffix.is(r.rest()) || !intern::TABLE.retain(slot) {
+        return None;
+    }
+    // Referenced: the slot keeps its set now; it must still be the one checked.
+    if intern::TABLE.suffix(slot) != (kind, suffix) {
+        intern::TABLE.release(slot);
+        return None;
+    }
+    let head = latest << SLOT_BITS | u64::from(slot);
+    let packed = Box::into_raw(Box::new(Packed { head, tail }));
+    if packed.addr() & TAGS != 0 {
+        // Not reached (see `into_compact`).
+        // SAFETY: just made, and used by nothing else.
+        drop(unsafe { Box::from_raw(packed) });
+        intern::TABLE.release(slot);
+        return None;
+    }
+    Some(packed.map_addr(|a| a | COMPACT).cast())
+}
+
+/// The pointer a key holds for the encoding `bytes` (RDB load): `into_raw` of
+/// [`Limiter::decode`], straight to the compact form when it can (see [`decode_compact`]).
+pub fn decode_raw(bytes: &[u8]) -> Result<*mut c_void, Malformed> {
+    match decode_compact(bytes) {
+        Some(raw) => Ok(raw),
+        None => Limiter::decode(bytes).map(into_raw),
+    }
 }
 
 /// The compact form of `limiter`, tagged, holding a reference to its parameters' slot;
 /// `None` when it does not fit or the table is full.
 fn into_compact(limiter: &Limiter) -> Option<*mut c_void> {
     let (set, latest, tail) = packed_parts(limiter)?;
-    let slot = intern::TABLE.intern(set)?;
+    let slot = intern::TABLE.intern(set, set_suffix)?;
     let head = latest << SLOT_BITS | u64::from(slot);
     let packed = Box::into_raw(Box::new(Packed { head, tail }));
     if packed.addr() & TAGS != 0 {
@@ -1151,7 +1239,7 @@ impl Held<'_> {
                     } else {
                         // The parameters changed: a slot for the new ones, then the old one
                         // given back.
-                        let new_slot = intern::TABLE.intern(set);
+                        let new_slot = intern::TABLE.intern(set, set_suffix);
                         if new_slot.is_some() {
                             intern::TABLE.release(slot);
                         }
@@ -1322,6 +1410,22 @@ impl SmallOut {
 
     fn as_bytes(&self) -> &[u8] {
         self.buf.get(..self.len).unwrap_or_default()
+    }
+}
+
+impl SmallOut {
+    /// Appends the first `len` of `padded`'s bytes, storing them all when there is room
+    /// (one copy of a known size).
+    #[inline]
+    fn put_padded<const N: usize>(&mut self, padded: &[u8; N], len: usize) {
+        let end = self.len + len;
+        match self.buf.get_mut(self.len..self.len + N) {
+            Some(slot) if !self.overflowed && end <= SMALL_OUT && len <= N => {
+                slot.copy_from_slice(padded);
+                self.len = end;
+            }
+            _ => self.put(padded.get(..len).unwrap_or_default()),
+        }
     }
 }
 
@@ -1713,7 +1817,7 @@ mod tests {
         // The widest fields: ten-byte varints (a token, a leaky bucket whose delay is not its
         // window, a fixed window ending long before its latest call).
         for (tag, fields) in [
-            (2, &[crate::algo::MAX_TIMESTAMP, u64::MAX, 1, 1, 1][..]),
+            (2, &[MAX_TIMESTAMP, u64::MAX, 1, 1, 1][..]),
             (3, &[crate::algo::MAX_TIMESTAMP, u64::MAX, 1, 2, 1, 1][..]),
             (
                 4,
@@ -2175,6 +2279,76 @@ mod tests {
                 prop_assert_eq!(back.encode(), changed.encode());
             }
         }
+    }
+
+    proptest! {
+        /// Decoding straight to the compact form (a load of keys sharing parameters) gives
+        /// the value the general decoder gives, and refuses nothing it would take; damaged
+        /// encodings are either left to it or decode to the same state.
+        #[test]
+        fn compact_decoding_is_decoding(
+            state in small_state(),
+            damages in prop::collection::vec(damage(), 0..3),
+        ) {
+            // The state's parameters become the set interned last.
+            let keep = into_raw(state.clone());
+            let mut bytes = state.encode();
+            for d in &damages {
+                apply(&mut bytes, d);
+            }
+            let slow = Limiter::decode(&bytes);
+            // SAFETY: each pointer comes from `into_raw` or `decode_compact` and is read, then
+            // freed once.
+            unsafe {
+                if let Some(raw) = decode_compact(&bytes) {
+                    prop_assert_eq!(raw.addr() & TAGS, COMPACT);
+                    let Ok(slow) = &slow else {
+                        free_raw(raw);
+                        return Err(TestCaseError::fail("taken where decode refuses"));
+                    };
+                    prop_assert_eq!(format!("{:?}", *lend_raw(raw).unwrap()), format!("{slow:?}"));
+                    prop_assert_eq!(with_raw_encoding(raw, <[u8]>::to_vec), Some(slow.encode()));
+                    free_raw(raw);
+                }
+                match decode_raw(&bytes) {
+                    Ok(raw) => {
+                        prop_assert_eq!(Some(from_raw(raw).encode()), slow.ok().map(|l| l.encode()));
+                    }
+                    Err(e) => prop_assert_eq!(Err(e), slow.map(|_| ())),
+                }
+                free_raw(keep);
+            }
+        }
+    }
+
+    /// The fast path is taken for a key whose parameters were interned just before (other
+    /// tests interning meanwhile may send a few to the general decoder).
+    #[test]
+    fn a_load_of_keys_sharing_parameters_decodes_them_straight() {
+        let mut hits = 0;
+        for i in 0..100u64 {
+            let g = Gcra::from_parts(
+                Params {
+                    limit: 100,
+                    window_ms: 60_000 + i,
+                    burst: 100,
+                    max_delay_ms: 0,
+                },
+                T0 + i,
+                i * 1000,
+            )
+            .unwrap();
+            let state = Limiter::Token(g);
+            let keep = into_raw(state.clone());
+            if let Some(raw) = decode_compact(&state.encode()) {
+                hits += 1;
+                // SAFETY: from `decode_compact`, freed once.
+                unsafe { free_raw(raw) };
+            }
+            // SAFETY: from `into_raw`, freed once.
+            unsafe { free_raw(keep) };
+        }
+        assert!(hits > 50, "{hits}");
     }
 
     // The decoder's fuzzer: damaged encodings of every kind. `make fuzz` runs it longer

@@ -419,7 +419,7 @@ fn one_apply_reaches_a_chain_of_replicas_once() {
     let (mut p, mut r, mut s) = (primary.conn(), replica.conn(), chained.conn());
     // Valkey 8.0 streams to a replica synced over a socket only once it has acknowledged:
     // its link may be up before its own replica counts it online.
-    wait_until("the chained replica to be online", 30, || {
+    wait_until("the chained replica to be online", 60, || {
         let info: String = redis::cmd("INFO")
             .arg("replication")
             .query(&mut r)
@@ -444,7 +444,7 @@ fn one_apply_reaches_a_chain_of_replicas_once() {
         ["{c}:a0", "{c}:a1", "{c}:a2", "{c}:b", "{c}:t", "{c}:f"].map(|k| digest(c, k))
     };
     let want = digests(&mut p);
-    wait_until("the chained replica to catch up", 30, || {
+    wait_until("the chained replica to catch up", 60, || {
         digests(&mut r) == want && digests(&mut s) == want
     });
     // 51 requests on {c}:b (each COST is its own spec's).

@@ -220,8 +220,7 @@ impl<const N: usize> Table<N> {
     pub fn intern(&self, set: Set, suffix: impl FnOnce(&Set) -> Suffix) -> Option<u16> {
         // The set interned last, without the lock: its slot checked once referenced (a slot
         // with a reference keeps its set).
-        if let Some(slot) = self.last.load(Ordering::Relaxed).checked_sub(1) {
-            let slot = slot as u16;
+        if let Some(slot) = self.last() {
             if self.get(slot) == set && self.add_ref(slot) {
                 if self.get(slot) == set {
                     return Some(slot);

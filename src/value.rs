@@ -903,16 +903,7 @@ fn decode_compact(bytes: &[u8]) -> Option<*mut c_void> {
         intern::TABLE.release(slot);
         return None;
     }
-    let head = latest << SLOT_BITS | u64::from(slot);
-    let packed = Box::into_raw(Box::new(Packed { head, tail }));
-    if packed.addr() & TAGS != 0 {
-        // Not reached (see `into_compact`).
-        // SAFETY: just made, and used by nothing else.
-        drop(unsafe { Box::from_raw(packed) });
-        intern::TABLE.release(slot);
-        return None;
-    }
-    Some(packed.map_addr(|a| a | COMPACT).cast())
+    boxed_compact(latest << SLOT_BITS | u64::from(slot), tail)
 }
 
 /// The pointer a key holds for the encoding `bytes` (RDB load): `into_raw` of
@@ -929,14 +920,21 @@ pub fn decode_raw(bytes: &[u8]) -> Result<*mut c_void, Malformed> {
 fn into_compact(limiter: &Limiter) -> Option<*mut c_void> {
     let (set, latest, tail) = packed_parts(limiter)?;
     let slot = intern::TABLE.intern(set, set_suffix)?;
-    let head = latest << SLOT_BITS | u64::from(slot);
+    boxed_compact(latest << SLOT_BITS | u64::from(slot), tail)
+}
+
+/// A new [`Packed`] of `head` and `tail`, tagged, taking over the reference to the slot in
+/// `head` that the caller holds; `None` (the reference given back) when the allocation is
+/// not 8-byte aligned: not reached, the allocator honours the alignment every box here
+/// needs, but should it not, the state goes to its wide box rather than to a pointer the
+/// tag would spoil.
+#[inline]
+fn boxed_compact(head: u64, tail: u64) -> Option<*mut c_void> {
     let packed = Box::into_raw(Box::new(Packed { head, tail }));
     if packed.addr() & TAGS != 0 {
-        // Not reached: the allocator honours the 8-byte alignment every box here needs. Should
-        // it not, the state goes to its wide box rather than to a pointer the tag would spoil.
         // SAFETY: just made, and used by nothing else.
         drop(unsafe { Box::from_raw(packed) });
-        intern::TABLE.release(slot);
+        intern::TABLE.release(head as u16);
         return None;
     }
     Some(packed.map_addr(|a| a | COMPACT).cast())
@@ -993,14 +991,9 @@ pub unsafe fn copy_raw(raw: *mut c_void) -> *mut c_void {
         let Packed { head, tail } = unsafe { &*raw.map_addr(|a| a & !TAGS).cast::<Packed>() };
         let (head, tail, slot) = (*head, *tail, *head as u16);
         if intern::TABLE.retain(slot) {
-            let copy = Box::into_raw(Box::new(Packed { head, tail }));
-            if copy.addr() & TAGS == 0 {
-                return copy.map_addr(|a| a | COMPACT).cast();
+            if let Some(copy) = boxed_compact(head, tail) {
+                return copy;
             }
-            // Not reached (see `into_compact`).
-            // SAFETY: just made, and used by nothing else.
-            drop(unsafe { Box::from_raw(copy) });
-            intern::TABLE.release(slot);
         }
     }
     // SAFETY: as the caller promises.

@@ -9,7 +9,7 @@
 
 use crate::algo::fixed::FixedWindow;
 use crate::algo::gcra::Gcra;
-use crate::algo::lease::{Leases, MAX_LEASES};
+use crate::algo::lease::Leases;
 use crate::algo::slide::SlidingLog;
 use crate::algo::subwin::SubWindow;
 use std::ops::DerefMut;
@@ -48,7 +48,7 @@ impl Spec<'_> {
 
     /// The limiter reshaped for this spec at `now`, when the stored one cannot take it as it
     /// is (see [`Limit::reshaped`]).
-    fn reshaped(&self, limiter: &Limiter, now: Millis) -> Option<Limiter> {
+    pub(crate) fn reshaped(&self, limiter: &Limiter, now: Millis) -> Option<Limiter> {
         match (&self.params, limiter) {
             (SpecParams::Slide(w), Limiter::Slide(l)) => l
                 .reshaped(now, w.as_slice())
@@ -94,18 +94,39 @@ impl Spec<'_> {
         done.then_some(None)
     }
 
-    /// An error when the spec's lease would be granted but its key holds as many leases as
-    /// a key may: checked before anything changes.
-    fn fits(&self, limiter: &Limiter, now: Millis) -> Result<(), Error> {
-        match (&self.params, limiter) {
-            (SpecParams::Acquire(_), Limiter::Lease(l))
-                if self.cost > 0
-                    && !self.id.is_some_and(|id| l.holds(now, id))
-                    && l.live_at(now.max(l.latest())) >= MAX_LEASES =>
-            {
-                Err(Error::TooManyLeases(MAX_LEASES))
+    /// An error when the spec's lease names an id its key cannot take: checked of every
+    /// limiter before any decides, as its own command does.
+    fn check_id(&self, limiter: &Limiter, now: Millis) -> Result<(), Error> {
+        match (&self.params, limiter, self.id) {
+            (SpecParams::Acquire(_), Limiter::Lease(l), Some(id)) if self.cost > 0 => {
+                l.check_id(now, id).map_err(|r| Error::lease(r, Some(id)))
             }
             _ => Ok(()),
+        }
+    }
+
+    /// An error when the spec would record but its limiter cannot take it (a key holding
+    /// as many leases as it may, counters that the units would overflow): checked of
+    /// every limiter before any changes, with the check their own `record` makes.
+    fn fits(&self, limiter: &Limiter, now: Millis) -> Result<(), Error> {
+        let cost = self.cost;
+        let fits = match (&self.params, limiter) {
+            (SpecParams::Acquire(_), Limiter::Lease(l)) => {
+                return l
+                    .check_grant(now, cost, self.id)
+                    .map_err(|r| Error::lease(r, self.id));
+            }
+            (SpecParams::Slide(w), Limiter::Slide(l)) => l.can_record(now, w.as_slice(), cost),
+            (SpecParams::Token(p), Limiter::Token(g)) => g.can_record(now, p, cost),
+            (SpecParams::Leaky(p), Limiter::Leaky(g)) => g.can_record(now, p, cost),
+            (SpecParams::Fixed(p), Limiter::Fixed(w)) => w.can_record(now, p, cost),
+            (SpecParams::Subwin(p), Limiter::Subwin(w)) => w.can_record(now, p, cost),
+            _ => false,
+        };
+        if fits {
+            Ok(())
+        } else {
+            Err(Error::DoesNotFit)
         }
     }
 }
@@ -177,6 +198,9 @@ pub fn acquire<H: DerefMut<Target = Limiter>>(
             return Err((i, Error::OtherKind { held, wanted }));
         }
     }
+    for (i, (t, spec)) in targets.iter().zip(specs).enumerate() {
+        spec.check_id(t.get(), now).map_err(|e| (i, e))?;
+    }
     each.clear();
     for (t, spec) in targets.iter_mut().zip(specs) {
         if let Target::Held(held) = t {
@@ -200,7 +224,9 @@ pub fn acquire<H: DerefMut<Target = Limiter>>(
     }
     if each.iter().all(|o| o.decision.allowed) {
         for (i, (t, spec)) in targets.iter().zip(specs).enumerate() {
-            spec.fits(t.get(), now).map_err(|e| (i, e))?;
+            if spec.cost > 0 {
+                spec.fits(t.get(), now).map_err(|e| (i, e))?;
+            }
         }
         for (i, ((t, spec), o)) in targets
             .iter_mut()

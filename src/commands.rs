@@ -53,6 +53,17 @@ pub(crate) enum Mode {
     /// An effect from `RL.APPLY` (sent by a primary, or read from the AOF): record it as it
     /// was decided, at its `NOW`.
     Apply,
+    /// An effect of an `RL.APPLY` of several changes, checked before any is applied: all
+    /// that [`Mode::Apply`] does up to the change itself, which it does not make. Answers
+    /// OK when the change would be applied, else the error applying it would answer.
+    Check,
+}
+
+impl Mode {
+    /// An effect (applied or checked) rather than a client's own call.
+    pub(crate) fn is_effect(self) -> bool {
+        self != Mode::Decide
+    }
 }
 
 /// Reads the clock for a call with `now` as its `NOW` option, refusing a `NOW` further ahead
@@ -63,13 +74,13 @@ pub(crate) fn clock(ctx: &Context, now: Option<Millis>, mode: Mode) -> Result<Cl
     // An effect from a client (not from the primary or the AOF) is bounded like any NOW.
     let caller = match (now, mode) {
         (Some(caller), _) => caller,
-        (None, Mode::Apply) => return Err(Error::Invalid("an RL.APPLY effect needs NOW")),
         (None, Mode::Decide) => {
             return Ok(Clock {
                 caller: server,
                 lag: 0,
             })
         }
+        (None, _) => return Err(Error::Invalid("an RL.APPLY effect needs NOW")),
     };
     if applying_decided(ctx) {
         return Ok(Clock { caller, lag: 0 });
@@ -80,10 +91,25 @@ pub(crate) fn clock(ctx: &Context, now: Option<Millis>, mode: Mode) -> Result<Cl
             return Err(Error::NowAhead { ahead_ms, max_ms });
         }
     }
-    Ok(Clock {
-        caller,
-        lag: server.saturating_sub(caller),
-    })
+    // An effect gets the expiry its state gives, whatever this server's clock: the one it
+    // gets on replicas and from the AOF, which apply it as it is.
+    let lag = match mode {
+        Mode::Decide => server.saturating_sub(caller),
+        Mode::Apply | Mode::Check => 0,
+    };
+    Ok(Clock { caller, lag })
+}
+
+/// `RL.APPLY` and `RL.RESTORE` write what a decision or a save made, unchecked against any
+/// limit: they run from the primary and while loading (the AOF), and by hand only for a
+/// user allowed `CONFIG SET` (an administrator), whatever ACL rule lets a client call them.
+fn internal(ctx: &Context, name: &'static str) -> Result<(), Error> {
+    const CONFIG_SET: [&[u8]; 4] = [b"CONFIG", b"SET", b"ratelimit.now-max-ahead-ms", b"1000"];
+    if applying_decided(ctx) || api::may_run(ctx, &CONFIG_SET) {
+        Ok(())
+    } else {
+        Err(Error::InternalCommand(name))
+    }
 }
 
 /// The command comes from our primary or from the AOF: it was decided already.
@@ -169,8 +195,8 @@ fn propagate(
     effect: impl FnOnce(&mut Compact),
 ) {
     match mode {
-        // `RL.APPLY` passes itself on (see `apply`).
-        Mode::Apply => {}
+        // `RL.APPLY` passes itself on (see `apply`); a check changes nothing.
+        Mode::Apply | Mode::Check => {}
         Mode::Decide => {
             let mut compact = Compact::new(command);
             effect(&mut compact);
@@ -220,7 +246,7 @@ fn limit<L: Limit>(
     let decision = limiter.evaluate(now, params, cost).seen_from_behind(behind);
     // Decided elsewhere: an effect, or a command of the older form (which always carries
     // NOW) from the primary or the AOF. Refused calls without NOW skip the flags lookup.
-    let decided = || call.mode == Mode::Apply || (call.now.is_some() && applying_decided(ctx));
+    let decided = || call.mode.is_effect() || (call.now.is_some() && applying_decided(ctx));
     if cost == 0 || !(decision.allowed || decided()) {
         // Nothing changed: nothing to write back to the key.
         if let Some(held) = held.as_mut() {
@@ -228,11 +254,26 @@ fn limit<L: Limit>(
         }
         return Ok(Reply::Decision(decision));
     }
+    if call.mode == Mode::Check {
+        let fits = limiter.can_record(now, params, cost);
+        if let Some(held) = held.as_mut() {
+            held.unchanged();
+        }
+        return if fits {
+            Ok(Reply::Ok)
+        } else {
+            Err(Error::DoesNotFit)
+        };
+    }
     // Storing a new value drops the key's TTL, so it must be set again.
     let before = if in_key { limiter.empty_at() } else { None };
-    let recorded = limiter.record(now, params, cost);
-    if !decision.allowed && !recorded {
-        return Ok(Reply::Decision(decision));
+    if !limiter.record(now, params, cost) {
+        // A record that does not fit changes nothing (nothing was stored either): refused
+        // as an error, never answered as an allowed call that counts nothing.
+        if let Some(held) = held.as_mut() {
+            held.unchanged();
+        }
+        return Err(Error::DoesNotFit);
     }
     let (at, empty_at) = (limiter.latest(), limiter.empty_at());
     // The key's own limiter goes back to it before the key changes further.
@@ -442,6 +483,11 @@ fn refund_as<A: AsBytes>(ctx: &Context, name: Arg, args: &[A], mode: Mode) -> Re
             limiter.peek(clock.caller).seen_from_behind(behind),
         ));
     }
+    if mode == Mode::Check {
+        // A refund always applies.
+        limiter.unchanged();
+        return Ok(Reply::Ok);
+    }
     let before = limiter.empty_at();
     let decision = limiter
         .refund(clock.caller, opts.cost)
@@ -476,13 +522,21 @@ fn charge_as<A: AsBytes>(ctx: &Context, name: Arg, args: &[A], mode: Mode) -> Re
         return Err(Error::LeaseCharge);
     }
     let behind = limiter.latest().saturating_sub(clock.caller);
+    if mode == Mode::Check {
+        let fits = limiter.can_charge(clock.caller, opts.cost);
+        limiter.unchanged();
+        return if fits {
+            Ok(Reply::Ok)
+        } else {
+            Err(Error::DoesNotFit)
+        };
+    }
     let before = limiter.empty_at();
-    let decision = limiter
-        .charge(clock.caller, opts.cost)
-        .ok_or(Error::Invalid(
-            "the charge does not fit the limiter's counters; nothing was recorded",
-        ))?
-        .seen_from_behind(behind);
+    let Some(decision) = limiter.charge(clock.caller, opts.cost) else {
+        limiter.unchanged();
+        return Err(Error::DoesNotFit);
+    };
+    let decision = decision.seen_from_behind(behind);
     if opts.cost == 0 {
         return Ok(Reply::Decision(decision));
     }
@@ -498,41 +552,64 @@ fn charge_as<A: AsBytes>(ctx: &Context, name: Arg, args: &[A], mode: Mode) -> Re
     Ok(Reply::Decision(decision))
 }
 
-/// `RL.APPLY key effect`: records the effect of a decision taken by a primary (or read from
-/// the AOF) as it was taken, without deciding again. See [`crate::effect`].
+/// `RL.APPLY key effect [key effect ...]`: records the effects of a decision taken by a
+/// primary (or read from the AOF) as it was taken, without deciding again. See
+/// [`crate::effect`].
 ///
-/// `RL.APPLY key effect [key effect ...]`: one change answers as the command it applies;
-/// several (what `RL.ALL` propagates) are applied in order and answer OK, or the first error.
-/// Once a change is applied, the command is passed on as it came (to this server's own
-/// replicas and AOF): a change after an error fails the same way downstream, and one that
-/// changed nothing changes nothing there either.
+/// One change answers as the command it applies. Several (what `RL.ALL` propagates) are all
+/// applied or none: each key comes once, and every change is checked ([`Mode::Check`])
+/// before any is applied; the call answers OK, or the error of the first change that could
+/// not be applied, naming its key. What was applied is passed on as it came (to this
+/// server's own replicas and AOF); nothing is passed on for an error.
 pub fn apply(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
+    internal(ctx, "RL.APPLY")?;
     let changes = match args {
         [_, changes @ ..] if !changes.is_empty() && changes.len() % 2 == 0 => changes,
         _ => return Err(Error::Arity),
     };
-    let (mut result, mut applied) = (Ok(Reply::Ok), false);
+    if let [key, effect] = changes {
+        // One change: it refuses before it changes anything.
+        let reply = apply_one(ctx, *key, effect, Mode::Apply)?;
+        ctx.replicate_verbatim();
+        return Ok(reply);
+    }
+    let named = |key: &Arg, e: Error| Error::for_key(key.as_bytes(), e);
+    let keys = || changes.iter().step_by(2);
+    for (i, key) in keys().enumerate() {
+        if keys().take(i).any(|k| k.as_bytes() == key.as_bytes()) {
+            return Err(named(key, Error::Invalid("the same key is given twice")));
+        }
+    }
     for change in changes.chunks_exact(2) {
+        if let [key, effect] = change {
+            apply_one(ctx, *key, effect, Mode::Check).map_err(|e| named(key, e))?;
+        }
+    }
+    for (i, change) in changes.chunks_exact(2).enumerate() {
         let [key, effect] = change else {
             continue;
         };
-        match apply_one(ctx, *key, effect) {
-            Ok(reply) if changes.len() == 2 => result = Ok(reply),
-            Ok(_) => {}
-            Err(e) => {
-                result = Err(e);
-                break;
-            }
+        if let Err(e) = apply_one(ctx, *key, effect, Mode::Apply) {
+            // Not reached (every change was checked): what was applied still goes on, so
+            // that replicas and the AOF hold what this server holds.
+            ctx.log_warning("ratelimit: an RL.APPLY change passed its check but failed");
+            let applied: Vec<(Arg, &[u8])> = changes
+                .chunks_exact(2)
+                .take(i)
+                .filter_map(|c| match c {
+                    [k, e] => Some((*k, e.as_bytes())),
+                    _ => None,
+                })
+                .collect();
+            api::replicate_effects(ctx, &applied);
+            return Err(named(key, e));
         }
-        applied = true;
     }
-    if applied {
-        ctx.replicate_verbatim();
-    }
-    result
+    ctx.replicate_verbatim();
+    Ok(Reply::Ok)
 }
 
-fn apply_one(ctx: &Context, key: Arg, effect: &Arg) -> Result<Reply, Error> {
+fn apply_one(ctx: &Context, key: Arg, effect: &Arg, mode: Mode) -> Result<Reply, Error> {
     let expanded;
     let effect = match effect.as_bytes() {
         compact @ [effect::COMPACT, ..] => {
@@ -548,25 +625,25 @@ fn apply_one(ctx: &Context, key: Arg, effect: &Arg) -> Result<Reply, Error> {
     let command = words.command();
     let is = |name: &str| command.eq_ignore_ascii_case(name.as_bytes());
     if is("RL.SLIDE") {
-        slide_as(ctx, key, w, Mode::Apply)
+        slide_as(ctx, key, w, mode)
     } else if is("RL.TOKEN") {
-        token_as(ctx, key, w, Mode::Apply)
+        token_as(ctx, key, w, mode)
     } else if is("RL.LEAKY") {
-        leaky_as(ctx, key, w, Mode::Apply)
+        leaky_as(ctx, key, w, mode)
     } else if is("RL.FIXED") {
-        fixed_as(ctx, key, w, Mode::Apply)
+        fixed_as(ctx, key, w, mode)
     } else if is("RL.SUBWIN") {
-        subwin_as(ctx, key, w, Mode::Apply)
+        subwin_as(ctx, key, w, mode)
     } else if is("RL.REFUND") {
-        refund_as(ctx, key, w, Mode::Apply)
+        refund_as(ctx, key, w, mode)
     } else if is("RL.CHARGE") {
-        charge_as(ctx, key, w, Mode::Apply)
+        charge_as(ctx, key, w, mode)
     } else if is("RL.ACQUIRE") {
-        crate::lease::acquire_as(ctx, key, w, Mode::Apply)
+        crate::lease::acquire_as(ctx, key, w, mode)
     } else if is("RL.RELEASE") {
-        crate::lease::release_as(ctx, key, w, Mode::Apply)
+        crate::lease::release_as(ctx, key, w, mode)
     } else if is("RL.EXTEND") {
-        crate::lease::extend_as(ctx, key, w, Mode::Apply)
+        crate::lease::extend_as(ctx, key, w, mode)
     } else {
         Err(Error::Invalid(
             "an RL.APPLY effect starts with a limiter command, RL.REFUND or RL.CHARGE",
@@ -574,19 +651,51 @@ fn apply_one(ctx: &Context, key: Arg, effect: &Arg) -> Result<Reply, Error> {
     }
 }
 
+/// `RL.RESTORE key payload`: what an AOF rewrite writes for a key (see `datatype`). A
+/// payload this build cannot read is refused, except while loading or from the primary,
+/// where it is kept as it is (see [`crate::value::Unreadable`]): the file or the stream is
+/// never the victim.
 pub fn restore(ctx: &Context, args: &[Arg]) -> Result<Reply, Error> {
+    internal(ctx, "RL.RESTORE")?;
     let payload = args::restore(args)?;
     let name = key_arg(args)?;
-    let limiter = Limiter::decode(payload).map_err(|e| Error::BadPayload(e.0))?;
-    let mut key = Key::open(ctx, name, true);
-    let existed = key.limiter()?.is_some(); // WRONGTYPE for a key of another Redis type
-    let empty_at = limiter.empty_at();
-    if empty_at.is_none() && !existed {
-        // An empty limiter on a missing key: nothing to store, nothing changed.
-        return Ok(Reply::Ok);
+    let key = Key::open(ctx, name, true);
+    let existed = key.holds_ours()?; // WRONGTYPE for a key of another Redis type
+                                     // The value, and for a limiter when it is back to empty (what the key's expiry follows).
+    let (value, limiter_empty_at) = match Limiter::decode(payload) {
+        Ok(limiter) => {
+            let empty_at = limiter.empty_at();
+            if empty_at.is_none() && !existed {
+                // An empty limiter on a missing key: nothing to store, nothing changed.
+                return Ok(Reply::Ok);
+            }
+            (crate::value::into_raw(limiter), Some(empty_at))
+        }
+        Err(e) if applying_decided(ctx) => {
+            ctx.log_warning(&format!(
+                "ratelimit: key '{}' holds a value this build cannot read ({}): kept as it \
+                 is; commands on it answer an error until it is deleted",
+                String::from_utf8_lossy(name.as_bytes())
+                    .chars()
+                    .take(128)
+                    .collect::<String>(),
+                e.0
+            ));
+            // Its expiry follows this command in the AOF, as it was saved.
+            (crate::value::unreadable_into_raw(payload, e.0), None)
+        }
+        Err(e) => return Err(Error::BadPayload(e.0)),
+    };
+    key.set_raw(value)?;
+    match limiter_empty_at {
+        Some(empty_at) => {
+            settle(&key, c"rl.restore", empty_at, 0, None);
+        }
+        None => {
+            key.signal_modified();
+            key.notify(c"rl.restore");
+        }
     }
-    key.set(limiter)?;
-    settle(&key, c"rl.restore", empty_at, 0, None);
     ctx.replicate_verbatim();
     Ok(Reply::Ok)
 }

@@ -66,14 +66,61 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         let Ok(buffer) = raw::load_string_buffer(rdb) else {
             return std::ptr::null_mut();
         };
-        match value::decode_raw(buffer.as_ref()) {
+        let bytes = buffer.as_ref();
+        match value::decode_raw(bytes) {
             Ok(raw) => raw,
+            // Loading a file (an RDB, an AOF's preamble, a full sync): the value is kept as
+            // it is, so that one value this build cannot read does not fail the load of
+            // every other key.
+            Err(e) if loading(rdb) => {
+                logging::log_warning(format!(
+                    "ratelimit: key '{}' holds a value this build cannot read ({}): kept as \
+                     it is; commands on it answer an error until it is deleted",
+                    key_name(rdb),
+                    e.0
+                ));
+                value::unreadable_into_raw(bytes, e.0)
+            }
+            // A client's RESTORE: refused.
             Err(e) => {
                 logging::log_warning(format!("ratelimit: refused a damaged value: {}", e.0));
                 std::ptr::null_mut()
             }
         }
     })
+}
+
+/// Whether the server is loading a file or a full sync (not running a client's RESTORE).
+///
+/// # Safety
+/// `rdb` must be the IO handle Redis passed to the load callback.
+unsafe fn loading(rdb: *mut raw::RedisModuleIO) -> bool {
+    let (Some(ctx_of), Some(flags)) = (
+        raw::RedisModule_GetContextFromIO,
+        raw::RedisModule_GetContextFlags,
+    ) else {
+        return false;
+    };
+    let ctx = ctx_of(rdb);
+    !ctx.is_null() && flags(ctx) as u32 & raw::REDISMODULE_CTX_FLAGS_LOADING != 0
+}
+
+/// The name of the key being loaded, for the log (at most 128 characters).
+///
+/// # Safety
+/// As for [`loading`].
+unsafe fn key_name(rdb: *mut raw::RedisModuleIO) -> String {
+    let Some(name_of) = raw::RedisModule_GetKeyNameFromIO else {
+        return String::from("?");
+    };
+    let name = name_of(rdb);
+    if name.is_null() {
+        return String::from("?");
+    }
+    let bytes = crate::api::Arg::from_raw(name.cast_mut())
+        .as_bytes()
+        .to_vec();
+    String::from_utf8_lossy(&bytes).chars().take(128).collect()
 }
 
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
@@ -107,6 +154,9 @@ unsafe extern "C" fn aof_rewrite(
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
     guard("mem_usage", 0, || {
+        if let Some(u) = value::unreadable(value.cast_mut()) {
+            return u.mem_usage();
+        }
         limiter(value).map_or(0, |l| l.mem_usage())
     })
 }
@@ -133,7 +183,7 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
 /// option), so that deleting a log of millions of records does not stall the server.
 unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *const c_void) -> usize {
     guard("free_effort", 1, || {
-        limiter(value).map_or(1, |l| l.allocations())
+        value::allocations_raw(value.cast_mut())
     })
 }
 
@@ -141,10 +191,11 @@ unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *cons
 /// to the allocator (thread-safe) and a compact state's reference to its parameter set back
 /// to the shared table (an atomic count; the last one under the table's lock, see `intern`),
 /// and touches no other state (a panic is logged with no context, which Redis allows from
-/// any thread).
+/// any thread). On the main thread, a big value goes to the module's own freeing thread
+/// (see `freer`), so that no `DEL` waits for it.
 unsafe extern "C" fn free(value: *mut c_void) {
     if !value.is_null() {
-        guard("free", (), || value::free_raw(value));
+        guard("free", (), || crate::freer::free(value));
     }
 }
 

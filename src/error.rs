@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use crate::algo::lease::{Refusal, MAX_LEASES};
 use crate::value::Kind;
 
 /// An error reply. Refusing a request is not an error; these are for bad input, keys of the
@@ -55,6 +56,15 @@ pub enum Error {
     LeaseCharge,
     /// A key already holds the most leases it may.
     TooManyLeases(usize),
+    /// A new lease's id has the form of the ids the server makes, for a time not reached.
+    LeaseIdAhead(String),
+    /// The units do not fit the limiter's counters: nothing was recorded.
+    DoesNotFit,
+    /// `RL.APPLY` or `RL.RESTORE` from a client not allowed to run them (they are what
+    /// replication and the AOF carry).
+    InternalCommand(&'static str),
+    /// The key holds a value this build could not read when it was loaded (kept as it was).
+    Unreadable(&'static str),
     /// A bug: caught instead of crashing the server.
     Internal(&'static str),
     /// The server lacks a module API function the command needs.
@@ -62,6 +72,25 @@ pub enum Error {
 }
 
 impl Error {
+    /// The error for a lease a key cannot take (see [`Refusal`]); `id` the lease's, if named.
+    pub fn lease(r: Refusal, id: Option<&[u8]>) -> Error {
+        match r {
+            Refusal::Full => Error::TooManyLeases(MAX_LEASES),
+            Refusal::IdAhead => Error::LeaseIdAhead(
+                String::from_utf8_lossy(id.unwrap_or_default())
+                    .chars()
+                    .take(64)
+                    .collect(),
+            ),
+            Refusal::OutOfRange => {
+                Error::Invalid("an RL.ACQUIRE effect's cost or id is out of range")
+            }
+            Refusal::NoIdLeft => {
+                Error::Invalid("no lease id is left to make in this millisecond: give one with ID")
+            }
+        }
+    }
+
     /// `error`, about the key `key` of a multi-key call.
     pub fn for_key(key: &[u8], error: Error) -> Error {
         Error::ForKey {
@@ -121,6 +150,25 @@ impl fmt::Display for Error {
             Error::TooManyLeases(max) => {
                 write!(f, "ERR the key holds {max} leases, the most it may")
             }
+            Error::LeaseIdAhead(id) => write!(
+                f,
+                "ERR lease id '{id}' has the form <ms>-<seq> of the ids the server makes, \
+                 for a time the call has not reached: choose another id, or leave ID out"
+            ),
+            Error::DoesNotFit => write!(
+                f,
+                "ERR the units do not fit the limiter's counters; nothing was recorded"
+            ),
+            Error::InternalCommand(name) => write!(
+                f,
+                "NOPERM {name} carries what replication and the AOF apply: it runs from the \
+                 primary, while loading the AOF, or by hand for a user allowed CONFIG SET"
+            ),
+            Error::Unreadable(why) => write!(
+                f,
+                "ERR the key holds a ratelimit value this server could not read when it \
+                 loaded it ({why}); it is kept as it was: DEL the key to start it afresh"
+            ),
             Error::BadPayload(why) => write!(f, "ERR invalid limiter payload: {why}"),
             Error::Internal(what) => {
                 write!(

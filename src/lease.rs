@@ -22,7 +22,7 @@ use std::sync::{LazyLock, Mutex};
 use redis_module::{raw, Context, ContextFlags};
 use smallvec::SmallVec;
 
-use crate::algo::lease::{self, Leases, Params, MAX_LEASES};
+use crate::algo::lease::{self, Leases, Params};
 use crate::algo::{Decision, Millis, Wait, MAX_TIMESTAMP};
 use crate::api::{self, Arg, Reply};
 use crate::args::{self, AsBytes};
@@ -242,18 +242,29 @@ fn acquire_on(
     let before = if in_key { leases.empty_at() } else { None };
     let behind = leases.latest().saturating_sub(clock.caller);
     let (decision, id, changed) = match mode {
-        Mode::Apply => {
+        Mode::Check | Mode::Apply => {
             let id = req
                 .id
                 .as_deref()
                 .ok_or(Error::Invalid("an RL.ACQUIRE effect needs ID"))?;
-            let changed = leases.record(clock.caller, &req.params, req.cost, id);
-            (leases.peek(clock.caller), Some(id.to_vec()), changed)
+            if mode == Mode::Check {
+                return leases
+                    .check_record(clock.caller, req.cost, id)
+                    .map(|()| Answer {
+                        decision: leases.peek(clock.caller),
+                        id: None,
+                    })
+                    .map_err(|r| Error::lease(r, Some(id)));
+            }
+            leases
+                .record(clock.caller, &req.params, req.cost, id)
+                .map_err(|r| Error::lease(r, Some(id)))?;
+            (leases.peek(clock.caller), Some(id.to_vec()), true)
         }
         Mode::Decide => {
             let got = leases
                 .acquire(clock.caller, &req.params, req.cost, req.id.as_deref())
-                .map_err(|_| Error::TooManyLeases(MAX_LEASES))?;
+                .map_err(|r| Error::lease(r, req.id.as_deref()))?;
             let changed = got.id.is_some();
             (got.decision, got.id, changed)
         }
@@ -302,7 +313,7 @@ pub fn acquire_as<A: AsBytes>(
     args: &[A],
     mode: Mode,
 ) -> Result<Reply, Error> {
-    let req = parse_acquire(args, mode == Mode::Apply)?;
+    let req = parse_acquire(args, mode.is_effect())?;
     let clock = commands::clock(ctx, req.now, mode)?;
     let blocking = match req.block {
         Some(timeout) if mode == Mode::Decide && req.cost > 0 && can_block(ctx) => Some(timeout),
@@ -310,6 +321,9 @@ pub fn acquire_as<A: AsBytes>(
     };
     let Some(timeout) = blocking else {
         let answer = acquire_on(ctx, name, &req, clock, mode)?;
+        if mode == Mode::Check {
+            return Ok(Reply::Ok);
+        }
         kick(ctx, name);
         return Ok(Reply::Lease(answer.decision, answer.id));
     };
@@ -370,13 +384,17 @@ fn change<A: AsBytes>(
     mode: Mode,
     extend: bool,
 ) -> Result<Reply, Error> {
-    let req = parse_held(args, mode == Mode::Apply, extend)?;
+    let req = parse_held(args, mode.is_effect(), extend)?;
     let clock = commands::clock(ctx, req.now, mode)?;
     let mut key = Key::open(ctx, name, true);
     let mut held = leases_in(&mut key)?;
     let Some(leases) = held.as_deref_mut().and_then(Limiter::lease_mut) else {
         return Ok(Reply::Decision(not_held(None, clock.caller)));
     };
+    if mode == Mode::Check {
+        // A release or an extension always applies (to a lease not held, as nothing).
+        return Ok(Reply::Ok);
+    }
     let before = leases.empty_at();
     let behind = leases.latest().saturating_sub(clock.caller);
     let done = if extend {
@@ -418,7 +436,9 @@ pub fn release_as<A: AsBytes>(
     mode: Mode,
 ) -> Result<Reply, Error> {
     let reply = change(ctx, name, args, mode, false)?;
-    kick(ctx, name);
+    if mode != Mode::Check {
+        kick(ctx, name);
+    }
     Ok(reply)
 }
 
@@ -433,7 +453,9 @@ pub fn extend_as<A: AsBytes>(
     mode: Mode,
 ) -> Result<Reply, Error> {
     let reply = change(ctx, name, args, mode, true)?;
-    kick(ctx, name);
+    if mode != Mode::Check {
+        kick(ctx, name);
+    }
     Ok(reply)
 }
 

@@ -21,8 +21,11 @@ mod config;
 mod datatype;
 mod effect;
 pub mod error;
+mod freer;
 mod intern;
 mod lease;
+#[cfg(test)]
+mod roundtrip;
 mod stats;
 mod store;
 pub mod value;
@@ -389,7 +392,7 @@ type Registration = (
 const WRITE: &CStr = c"write deny-oom";
 const WRITE_FAST: &CStr = c"write deny-oom fast";
 
-static REGISTRY: [Registration; 12] = [
+static REGISTRY: [Registration; 11] = [
     // Binary searches over the log and an O(1) move of its head past the records that left
     // (merged per millisecond): O(log N), like ZADD. The only linear steps are amortised:
     // giving memory back once a burst has left, a bounded amount per call.
@@ -408,8 +411,6 @@ static REGISTRY: [Registration; 12] = [
     // Records under the stored parameters: as RL.SLIDE on a log, but clears a ring's
     // sub-intervals as RL.SUBWIN does.
     (c"RL.CHARGE", Some(rl_charge), WRITE, "write slow"),
-    // Decodes a whole value: O(N).
-    (c"RL.RESTORE", Some(rl_restore), WRITE, "write slow"),
     // Sums over the end order's chunks (N/128 of them) besides O(log N) steps: bounded,
     // not O(log N). RL.ACQUIRE may block (BLOCK), as BLPOP does.
     (
@@ -431,9 +432,23 @@ const ALL_REGISTRATION: Registration = (
     "write slow",
 );
 
-/// `RL.APPLY key effect [key effect ...]`: applies each effect as the command it names
-/// (RL.SLIDE at most O(log N) each); keys at every other argument from the first.
-const APPLY_REGISTRATION: Registration = (c"RL.APPLY", Some(rl_apply), WRITE, "write slow");
+/// The internal commands, what replication and the AOF carry: `RL.APPLY key effect [key
+/// effect ...]` applies each effect as the command it names (RL.SLIDE at most O(log N)
+/// each; keys at every other argument from the first), `RL.RESTORE` decodes a whole value
+/// (O(N)). Flagged `admin` and filed in `@admin` and `@dangerous` only (not `@write`, not
+/// `@ratelimit`), so that no rule an application user is given grants them; and they
+/// refuse any client but an administrator (see `commands::internal`), which is all that
+/// stops them on Redis 7.0, where module commands have no categories.
+const INTERNAL: &CStr = c"write deny-oom admin";
+const INTERNAL_CATEGORIES: &str = "admin dangerous slow";
+const APPLY_REGISTRATION: Registration =
+    (c"RL.APPLY", Some(rl_apply), INTERNAL, INTERNAL_CATEGORIES);
+const RESTORE_REGISTRATION: Registration = (
+    c"RL.RESTORE",
+    Some(rl_restore),
+    INTERNAL,
+    INTERNAL_CATEGORIES,
+);
 
 /// The module's own ACL category, `@ratelimit`, holding every RL.* command.
 const OWN_CATEGORY: &CStr = c"ratelimit";
@@ -461,9 +476,10 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
             }
         }
     }
-    for ((name, func, flags, categories), keys) in [
-        (ALL_REGISTRATION, (0, 0, 0)),
-        (APPLY_REGISTRATION, (1, -1, 2)),
+    for ((name, func, flags, categories), keys, own) in [
+        (ALL_REGISTRATION, (0, 0, 0), own),
+        (APPLY_REGISTRATION, (1, -1, 2), None),
+        (RESTORE_REGISTRATION, (1, 1, 1), None),
     ] {
         match api::create_command_at(ctx, name, func, flags, categories, own, keys) {
             Some(acl) => least = least.max(acl),
@@ -495,6 +511,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     }
     cmdinfo::set_with_keys(ctx, &ALL_INFO, cmdinfo::Keys::Counted);
     lease::init(ctx);
+    freer::init();
     Status::Ok
 }
 

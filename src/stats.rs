@@ -77,4 +77,11 @@ pub fn info(ctx: &InfoContext, _for_crash_report: bool) {
     raw::add_info_field_unsigned_long_long(ctx.ctx, "param_sets", live);
     let slots = crate::intern::SLOTS as u64;
     raw::add_info_field_unsigned_long_long(ctx.ctx, "param_slots", slots);
+    // Keys holding a value a load could not read (kept as they were, see `value`), and big
+    // values waiting for the module's freeing thread (see `freer`).
+    raw::add_info_section(ctx.ctx, Some("keys"));
+    let unreadable = crate::value::UNREADABLE.load(Relaxed);
+    raw::add_info_field_unsigned_long_long(ctx.ctx, "unreadable_keys", unreadable);
+    let pending = crate::freer::PENDING.load(Relaxed);
+    raw::add_info_field_unsigned_long_long(ctx.ctx, "free_pending", pending);
 }

@@ -59,8 +59,12 @@ impl<'a> Key<'a> {
                 let Some(get_value) = raw::RedisModule_ModuleTypeGetValue else {
                     return Err(Error::MissingApi("ModuleTypeGetValue"));
                 };
+                let raw = get_value(self.key);
+                if let Some(u) = value::unreadable(raw) {
+                    return Err(Error::Unreadable(u.reason));
+                }
                 let replace = (self.key.cast(), replace_value as value::Replace);
-                return Ok(value::borrow_raw(get_value(self.key), Some(replace)));
+                return Ok(value::borrow_raw(raw, Some(replace)));
             }
             let Some(key_type) = raw::RedisModule_KeyType else {
                 return Err(Error::MissingApi("KeyType"));
@@ -73,13 +77,44 @@ impl<'a> Key<'a> {
         }
     }
 
+    /// Whether the key holds a value of ours (readable or not), false for a missing key;
+    /// WRONGTYPE for another type.
+    pub fn holds_ours(&self) -> Result<bool, Error> {
+        if self.key.is_null() {
+            return Ok(false);
+        }
+        // SAFETY: the key is open.
+        unsafe {
+            let (Some(get_type), Some(key_type)) =
+                (raw::RedisModule_ModuleTypeGetType, raw::RedisModule_KeyType)
+            else {
+                return Err(Error::MissingApi("ModuleTypeGetType"));
+            };
+            let t = get_type(self.key);
+            if !t.is_null() && t == *LIMITER_TYPE.raw_type.borrow() {
+                return Ok(true);
+            }
+            match raw::KeyType::from(key_type(self.key)) {
+                raw::KeyType::Empty => Ok(false),
+                _ => Err(Error::WrongType),
+            }
+        }
+    }
+
     /// Stores `limiter`, replacing (and freeing) any previous limiter. Redis drops the TTL.
     pub fn set(&self, limiter: Limiter) -> Result<(), Error> {
+        self.set_raw(value::into_raw(limiter))
+    }
+
+    /// Stores a value made by `value::into_raw` or `value::unreadable_into_raw` (freed here
+    /// if Redis does not take it), replacing any previous one. Redis drops the TTL.
+    pub fn set_raw(&self, value: *mut std::ffi::c_void) -> Result<(), Error> {
         // `let ... else` rather than `ok_or` (see `limiter`).
         let Some(set_value) = (unsafe { raw::RedisModule_ModuleTypeSetValue }) else {
+            // SAFETY: not taken by Redis: still ours to free.
+            unsafe { value::free_raw(value) };
             return Err(Error::MissingApi("ModuleTypeSetValue"));
         };
-        let value = value::into_raw(limiter);
         // SAFETY: the key is open for writing; on success Redis owns the value and frees it
         // through the type's free callback.
         let status = unsafe { set_value(self.key, *LIMITER_TYPE.raw_type.borrow(), value) };
@@ -87,7 +122,7 @@ impl<'a> Key<'a> {
             Ok(())
         } else {
             // SAFETY: Redis refused the value, so it is still ours to free.
-            drop(unsafe { value::from_raw(value) });
+            unsafe { value::free_raw(value) };
             Err(Error::Internal("storing the limiter"))
         }
     }

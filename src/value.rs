@@ -274,6 +274,20 @@ impl Limiter {
         }
     }
 
+    /// Whether [`Limiter::charge`] would record `units` at `now`, changing nothing.
+    pub fn can_charge(&self, now: Millis, units: u64) -> bool {
+        if units == 0 {
+            return true;
+        }
+        match self {
+            Limiter::Slide(log) => log.can_record(now, &log.windows(), units),
+            Limiter::Token(g) | Limiter::Leaky(g) => g.can_record(now, &g.params(), units),
+            Limiter::Fixed(w) => w.can_record(now, &w.params(), units),
+            Limiter::Subwin(w) => w.can_record(now, &w.params(), units),
+            Limiter::Lease(_) => false,
+        }
+    }
+
     /// The latest time the limiter has seen; it replicates changes at this time.
     pub fn latest(&self) -> Millis {
         match self {
@@ -970,6 +984,10 @@ pub fn into_raw(limiter: Limiter) -> *mut c_void {
 /// # Safety
 /// As for [`from_raw`].
 pub unsafe fn free_raw(raw: *mut c_void) {
+    // SAFETY: as the caller promises.
+    if unsafe { free_unreadable(raw) } {
+        return;
+    }
     if raw.addr() & TAGS == COMPACT {
         // SAFETY: tagged COMPACT: a `Packed` from `into_compact`, now ours.
         let packed = unsafe { Box::from_raw(raw.map_addr(|a| a & !TAGS).cast::<Packed>()) };
@@ -986,6 +1004,10 @@ pub unsafe fn free_raw(raw: *mut c_void) {
 /// # Safety
 /// `raw` must come from [`into_raw`] and not have been freed.
 pub unsafe fn copy_raw(raw: *mut c_void) -> *mut c_void {
+    // SAFETY: as the caller promises.
+    if let Some(u) = unsafe { unreadable(raw) } {
+        return unreadable_into_raw(&u.bytes, u.reason);
+    }
     if raw.addr() & TAGS == COMPACT {
         // SAFETY: tagged COMPACT: a live `Packed` from `into_compact`.
         let Packed { head, tail } = unsafe { &*raw.map_addr(|a| a & !TAGS).cast::<Packed>() };
@@ -1000,6 +1022,24 @@ pub unsafe fn copy_raw(raw: *mut c_void) -> *mut c_void {
     match unsafe { lend_raw(raw) } {
         Some(l) => into_raw(Limiter::clone(&l)),
         None => std::ptr::null_mut(),
+    }
+}
+
+/// Heap allocations behind `raw`, what freeing it costs (Redis's `free_effort`): asked of a
+/// sliding log's and a lease semaphore's boxes, the only forms that hold more than one or
+/// two, without reading any other form.
+///
+/// # Safety
+/// As for [`lend_raw`].
+pub unsafe fn allocations_raw(raw: *mut c_void) -> usize {
+    // SAFETY: as the caller promises.
+    if unsafe { unreadable(raw) }.is_some() {
+        return 2;
+    }
+    match raw.addr() & TAGS {
+        // SAFETY: as the caller promises.
+        SLIDE_BOX | LEASE_BOX => unsafe { lend_raw(raw) }.map_or(1, |l| l.allocations()),
+        _ => 1,
     }
 }
 
@@ -1047,6 +1087,78 @@ pub unsafe fn from_raw(raw: *mut c_void) -> Limiter {
     }
 }
 
+/// A value a load could not read (an RDB or AOF written by another build, or damaged),
+/// kept byte for byte instead of failing the whole load: it saves, rewrites, copies and
+/// digests as those bytes, and every command on its key answers an error naming `reason`
+/// until the key is deleted or expires (see README, "Values a server cannot read").
+///
+/// In memory it is tagged as a sub-interval block (bit 0), and its first word carries
+/// [`subwin::NOT_A_RING`], which no ring's first word has.
+#[repr(C)]
+pub struct Unreadable {
+    mark: u32,
+    pub reason: &'static str,
+    pub bytes: Box<[u8]>,
+}
+
+impl Unreadable {
+    /// Bytes it costs, as [`Limiter::mem_usage`] counts them.
+    pub fn mem_usage(&self) -> usize {
+        VALUE_OBJECT + class_ceil(std::mem::size_of::<Unreadable>()) + class_ceil(self.bytes.len())
+    }
+}
+
+/// Unreadable values held now, for `INFO ratelimit`.
+pub static UNREADABLE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The pointer a key holds for `bytes` that could not be read, and why.
+pub fn unreadable_into_raw(bytes: &[u8], reason: &'static str) -> *mut c_void {
+    let value = Box::new(Unreadable {
+        mark: subwin::NOT_A_RING,
+        reason,
+        bytes: bytes.into(),
+    });
+    UNREADABLE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Box::into_raw(value).map_addr(|a| a | SUBWIN_BLOCK).cast()
+}
+
+/// The unreadable value behind `raw`, if that is what it is.
+///
+/// # Safety
+/// `raw` must be null or come from [`into_raw`] or [`unreadable_into_raw`], not freed, and
+/// stay alive for `'a`.
+#[inline(always)]
+pub unsafe fn unreadable<'a>(raw: *mut c_void) -> Option<&'a Unreadable> {
+    // A sub-interval block's tag: bit 0 set, bit 1 clear (see `into_raw`).
+    if raw.addr() & 3 != SUBWIN_BLOCK {
+        return None;
+    }
+    let at = raw.map_addr(|a| a & !SUBWIN_BLOCK);
+    // SAFETY: a ring's block or an `Unreadable`, both starting with a u32 word; only an
+    // `Unreadable`'s has NOT_A_RING.
+    unsafe {
+        if *at.cast::<u32>() & subwin::NOT_A_RING == 0 {
+            return None;
+        }
+        Some(&*at.cast::<Unreadable>())
+    }
+}
+
+/// Frees an unreadable value, `false` (nothing done) for any other.
+///
+/// # Safety
+/// As for [`from_raw`].
+unsafe fn free_unreadable(raw: *mut c_void) -> bool {
+    // SAFETY: as the caller promises.
+    if unsafe { unreadable(raw) }.is_none() {
+        return false;
+    }
+    // SAFETY: an `Unreadable` boxed by `unreadable_into_raw`, now ours.
+    drop(unsafe { Box::from_raw(raw.map_addr(|a| a & !SUBWIN_BLOCK).cast::<Unreadable>()) });
+    UNREADABLE.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    true
+}
+
 /// Reads the limiter behind `raw` without taking it: the allocation stays the key's.
 ///
 /// # Safety
@@ -1083,11 +1195,15 @@ pub struct Lent<'a> {
 
 /// Lends the limiter behind `raw` for reading, `None` for a null pointer.
 ///
+/// Lends nothing for an unreadable value (see [`unreadable`]).
+///
 /// # Safety
-/// `raw` must come from [`into_raw`] and stay alive and unchanged for `'a`.
+/// `raw` must come from [`into_raw`] or [`unreadable_into_raw`] and stay alive and
+/// unchanged for `'a`.
 #[inline]
 pub unsafe fn lend_raw<'a>(raw: *mut c_void) -> Option<Lent<'a>> {
-    if raw.is_null() {
+    // SAFETY: as the caller promises. An unreadable value lends no limiter.
+    if raw.is_null() || unsafe { unreadable(raw) }.is_some() {
         return None;
     }
     Some(Lent {
@@ -1106,6 +1222,10 @@ pub unsafe fn lend_raw<'a>(raw: *mut c_void) -> Option<Lent<'a>> {
 /// As for [`lend_raw`], for the call.
 #[inline]
 pub unsafe fn with_raw_encoding<R>(raw: *mut c_void, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+    // SAFETY: as the caller promises. An unreadable value is its bytes, as loaded.
+    if let Some(u) = unsafe { unreadable(raw) } {
+        return Some(f(&u.bytes));
+    }
     if raw.addr() & TAGS == COMPACT {
         // SAFETY: tagged COMPACT: a live `Packed` from `into_compact`, the key's.
         let p = unsafe { &*raw.map_addr(|a| a & !TAGS).cast::<Packed>() };
@@ -1352,6 +1472,7 @@ fn decode_leases(r: &mut Reader) -> Result<Leases, Malformed> {
         }
         leases.push((end, cost, r.bytes(len)?));
     }
+    let last_id = lease::implied_last_id(latest, last_id, &leases);
     Leases::from_parts(limit, latest, last_id, &leases).map_err(|e| Malformed(e.0))
 }
 

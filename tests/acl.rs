@@ -83,9 +83,8 @@ fn may(c: &mut Connection, words: &[&str]) -> bool {
 const SLIDE: &[&str] = &["RL.SLIDE", "k", "10", "60000"];
 const PEEK: &[&str] = &["RL.PEEK", "k"];
 
-/// One call of every command; RL.RESTORE's payload and RL.APPLY's effect are refused, but
-/// not by ACL.
-const ALL: [&[&str]; 11] = [
+/// One call of every command an application runs.
+const ALL: [&[&str]; 9] = [
     SLIDE,
     &["RL.TOKEN", "t", "10", "60000"],
     &["RL.LEAKY", "l", "10", "60000"],
@@ -94,11 +93,17 @@ const ALL: [&[&str]; 11] = [
     PEEK,
     &["RL.REFUND", "k"],
     &["RL.CHARGE", "k", "COST", "1"],
-    &["RL.RESTORE", "r", "not-a-payload"],
-    &["RL.APPLY", "a", "not-an-effect"],
     &[
         "RL.ALL", "2", "{a}1", "{a}2", "TOKEN", "10", "60000", "FIXED", "5", "1000",
     ],
+];
+
+/// The internal commands (what replication and the AOF carry), which no rule an
+/// application user is given lets it run; their payload and effect are refused, but not by
+/// ACL, for a user who may run them.
+const INTERNAL: [&[&str]; 2] = [
+    &["RL.RESTORE", "r", "not-a-payload"],
+    &["RL.APPLY", "a", "not-an-effect"],
 ];
 
 /// The standard categories of each command (`ACL CAT` leaves module commands out; `COMMAND
@@ -112,9 +117,10 @@ const CATEGORIES: [(&str, &[&str]); 11] = [
     ("RL.PEEK", &["@read", "@slow"]),
     ("RL.REFUND", &["@write", "@slow"]),
     ("RL.CHARGE", &["@write", "@slow"]),
-    ("RL.RESTORE", &["@write", "@slow"]),
-    ("RL.APPLY", &["@write", "@slow"]),
     ("RL.ALL", &["@write", "@slow"]),
+    // Internal: in neither @write nor @ratelimit.
+    ("RL.RESTORE", &["@admin", "@dangerous", "@slow"]),
+    ("RL.APPLY", &["@admin", "@dangerous", "@slow"]),
 ];
 
 /// The ACL categories `COMMAND INFO` gives a command, sorted.
@@ -153,6 +159,9 @@ fn write_and_read_categories_where_the_server_has_them() {
     for words in ALL {
         assert!(may(&mut rw, words), "+@write +@read may run {words:?}");
     }
+    for words in INTERNAL {
+        assert!(!may(&mut rw, words), "+@write +@read may not run {words:?}");
+    }
     assert!(may(&mut ro, PEEK));
     assert!(
         err(&mut ro, SLIDE).starts_with("NOPERM"),
@@ -161,7 +170,7 @@ fn write_and_read_categories_where_the_server_has_them() {
     let own = v.has_own_category();
     for (name, expected) in CATEGORIES {
         let mut expected = expected.to_vec();
-        if own {
+        if own && !INTERNAL.iter().any(|w| w[0] == name) {
             expected.push("@ratelimit");
         }
         assert_eq!(categories(&mut admin, name), sorted(&expected), "{name}");
@@ -195,10 +204,52 @@ fn ratelimit_category_where_the_server_can_add_it() {
     for words in ALL {
         assert!(may(&mut rl, words), "+@ratelimit may run {words:?}");
     }
+    for words in INTERNAL {
+        assert!(!may(&mut rl, words), "+@ratelimit may not run {words:?}");
+    }
     assert!(err(&mut rl, &["SET", "x", "1"]).starts_with("NOPERM"));
     let mut others = user(&s, &mut admin, "others", &["+@all", "-@ratelimit"]);
     assert!(err(&mut others, SLIDE).starts_with("NOPERM"));
     assert!(may(&mut others, &["SET", "x", "1"]));
+}
+
+/// The internal commands refuse every application user, on every version: by ACL where
+/// module commands have categories, by the module itself where they have none (7.0). An
+/// administrator (a user allowed CONFIG SET) runs them.
+#[rstest]
+fn internal_commands_are_for_administrators() {
+    let s = Server::start(&[]);
+    let mut admin = s.conn();
+    let rules: [&[&str]; 3] = [
+        &["+@all", "-@dangerous"],
+        &["+@write", "+@read"],
+        &["+rl.slide", "+rl.token", "+rl.all", "+rl.peek"],
+    ];
+    for (i, rules) in rules.iter().enumerate() {
+        let mut app = user(&s, &mut admin, &format!("app{i}"), rules);
+        for words in INTERNAL {
+            let e = err(&mut app, words);
+            assert!(e.starts_with("NOPERM"), "{rules:?} ran {words:?}: {e}");
+        }
+    }
+    // Named one by one, they are refused all the same, but for a user allowed CONFIG SET.
+    let mut named = user(&s, &mut admin, "named", &["+rl.apply", "+rl.restore"]);
+    for words in INTERNAL {
+        let e = err(&mut named, words);
+        assert!(e.contains("by hand for a user allowed CONFIG SET"), "{e}");
+    }
+    let mut operator = user(
+        &s,
+        &mut admin,
+        "operator",
+        &["+rl.apply", "+rl.restore", "+config|set"],
+    );
+    for words in INTERNAL {
+        assert!(may(&mut operator, words), "{words:?}");
+    }
+    for words in INTERNAL {
+        assert!(may(&mut admin, words), "{words:?}");
+    }
 }
 
 #[rstest]

@@ -471,9 +471,15 @@ fn apply_takes_several_changes() {
     assert_eq!(rl(&mut c, &format!("RL.PEEK y NOW {t}"))[2], 7);
     let e = err(&mut c, &["RL.APPLY", "x", &a, "y"]);
     assert!(e.contains("wrong number of arguments"), "{e}");
+    // All or nothing: a change that cannot be applied leaves every key as it was.
     let e = err(&mut c, &["RL.APPLY", "z", &a, "y", "RL.NOPE 1"]);
-    assert!(e.contains("RL.APPLY effect"), "{e}");
-    assert_eq!(rl(&mut c, &format!("RL.PEEK z NOW {t}"))[2], 4);
+    assert!(
+        e.contains("RL.APPLY effect") && e.contains("(key 'y')"),
+        "{e}"
+    );
+    assert_eq!(int(&mut c, &["EXISTS", "z"]), 0);
+    let e = err(&mut c, &["RL.APPLY", "z", &a, "z", &b]);
+    assert!(e.contains("the same key is given twice"), "{e}");
     let keys: Vec<String> = redis::cmd("COMMAND")
         .arg("GETKEYS")
         .arg(&["RL.APPLY", "x", &a, "y", &b][..])

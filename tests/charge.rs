@@ -138,7 +138,7 @@ fn bad_and_edge_input(server: Server) {
     // Units that do not fit the counters: an error, and nothing changed.
     assert_eq!(
         err(&mut c, &["RL.CHARGE", "f", "COST", "5000000000"]),
-        "ERR the charge does not fit the limiter's counters; nothing was recorded"
+        "ERR the units do not fit the limiter's counters; nothing was recorded"
     );
     assert_eq!(digest(&mut c, "f"), before);
 }

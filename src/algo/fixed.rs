@@ -147,6 +147,34 @@ impl FixedWindow {
         self.end.max(end)
     }
 
+    /// The window once `cost` units are recorded at `now` under `p`; `None` for parameters
+    /// or a time out of range, or a count past 32 bits.
+    fn recorded(&self, now: Millis, p: &Params, cost: u64) -> Option<FixedWindow> {
+        let now = now.max(self.latest);
+        if !p.valid() || now > MAX_TIMESTAMP {
+            return None;
+        }
+        let open = now < self.end;
+        let count = u32::try_from(self.count_at(now).saturating_add(cost)).ok()?;
+        // An open window keeps its end, unless `p`'s window would still count its units
+        // later (see `end_with`): the reset announced never comes earlier. New parameters
+        // shape the next window.
+        let (end, length) = if open {
+            let end = self.end_with(now, p);
+            (end, end - self.start())
+        } else {
+            (p.end_of_window_at(now), p.window_ms)
+        };
+        Some(FixedWindow {
+            latest: now,
+            end,
+            count,
+            // At most the longer of the open window's and p's: it fits.
+            window_ms: length as u32,
+            ..FixedWindow::new(p)
+        })
+    }
+
     /// Units counted in the window open at `now` (0 once it has ended).
     pub fn count_at(&self, now: Millis) -> u64 {
         if now < self.end {
@@ -206,33 +234,17 @@ impl Limit for FixedWindow {
     }
 
     fn record(&mut self, now: Millis, p: &Params, cost: u64) -> bool {
-        let now = now.max(self.latest);
-        if !p.valid() || now > MAX_TIMESTAMP {
-            return false;
+        match self.recorded(now, p, cost) {
+            Some(next) => {
+                *self = next;
+                true
+            }
+            None => false,
         }
-        let open = now < self.end;
-        let count = self.count_at(now).saturating_add(cost);
-        let Ok(count) = u32::try_from(count) else {
-            return false;
-        };
-        // An open window keeps its end, unless `p`'s window would still count its units
-        // later (see `end_with`): the reset announced never comes earlier. New parameters
-        // shape the next window.
-        let (end, length) = if open {
-            let end = self.end_with(now, p);
-            (end, end - self.start())
-        } else {
-            (p.end_of_window_at(now), p.window_ms)
-        };
-        *self = FixedWindow {
-            latest: now,
-            end,
-            count,
-            // At most the longer of the open window's and p's: it fits.
-            window_ms: length as u32,
-            ..FixedWindow::new(p)
-        };
-        true
+    }
+
+    fn can_record(&self, now: Millis, p: &Params, cost: u64) -> bool {
+        self.recorded(now, p, cost).is_some()
     }
 
     fn empty_at(&self) -> Option<Millis> {

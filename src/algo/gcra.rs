@@ -151,6 +151,18 @@ impl Gcra {
         self.evaluate(now, &self.params(), 0)
     }
 
+    /// The debt once `cost` units are recorded at `now` under `p`; `None` for parameters or a
+    /// time out of range, or a debt past 2^64 ticks (only a charge beyond the limit gets
+    /// near it), which [`Limit::record`] then refuses.
+    fn debt_recorded(&self, now: Millis, p: &Params, cost: u64) -> Option<u64> {
+        if !p.valid() || now > MAX_TIMESTAMP {
+            return None;
+        }
+        let now = now.max(self.latest);
+        cost.checked_mul(p.t())
+            .and_then(|units| self.debt_at(now, p).checked_add(units))
+    }
+
     /// The debt at `now` (at least `latest`), in ticks of `p`. When `p` differs from the
     /// stored parameters, the units owed carry over and are re-timed at the new rate
     /// (rounded up, so a change never hands out a fraction of a unit for free).
@@ -214,24 +226,19 @@ impl Limit for Gcra {
     }
 
     fn record(&mut self, now: Millis, p: &Params, cost: u64) -> bool {
-        if !p.valid() || now > MAX_TIMESTAMP {
-            return false;
-        }
-        let now = now.max(self.latest);
-        // Beyond the capacity only through a charge (`Limit::charge`); a debt past 2^64
-        // ticks would be lost, so it is refused.
-        let Some(need) = cost
-            .checked_mul(p.t())
-            .and_then(|units| self.debt_at(now, p).checked_add(units))
-        else {
+        let Some(need) = self.debt_recorded(now, p, cost) else {
             return false;
         };
         *self = Gcra {
-            latest: now,
+            latest: now.max(self.latest),
             debt: need,
             ..Gcra::new(p)
         };
         true
+    }
+
+    fn can_record(&self, now: Millis, p: &Params, cost: u64) -> bool {
+        self.debt_recorded(now, p, cost).is_some()
     }
 
     fn latest(&self) -> Millis {

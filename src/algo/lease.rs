@@ -18,8 +18,13 @@
 //!
 //! Ids the server makes are `<ms>-<seq>`: the decision time and a sequence within it,
 //! strictly above the last one the key made (kept in the state, so in the RDB, the AOF and
-//! on replicas: a promoted replica goes on from where the primary was). A client's id of that
-//! form counts as made once its time has come, so the server does not make it again.
+//! on replicas: a promoted replica goes on from where the primary was). A new lease named
+//! by its client with an id of that form counts as made: the last id made moves up to it.
+//! Such an id is taken only for a time the server has reached (or as the very id the server
+//! would make next), so every id of that form a key holds is at or below its last made one,
+//! and the next id the server makes is held by no lease: it is made in O(1), never probed
+//! for ([`Leases::next_id`]). Every way a lease comes in (a client's call, an effect from
+//! the primary or the AOF, a persisted state) checks the same caps ([`Refusal`]).
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -86,9 +91,21 @@ pub struct Acquired {
     pub renewed: bool,
 }
 
-/// The key holds [`MAX_LEASES`] leases already.
+/// Why a new lease cannot be added to a key, whoever asks (a client's call, an effect from
+/// the primary or the AOF): the caps every state of the key keeps, so that what the
+/// commands build the loader takes back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Full;
+pub enum Refusal {
+    /// The key holds [`MAX_LEASES`] leases already.
+    Full,
+    /// The id has the form of a server-made id (`<ms>-<seq>`) for a time the call has not
+    /// reached, and is not the id the server would make next.
+    IdAhead,
+    /// A cost or an id out of range (an effect's: a client's are parsed in range).
+    OutOfRange,
+    /// No id is left to make at this time (2^63 a millisecond: not reached).
+    NoIdLeft,
+}
 
 /// Why a persisted state was refused.
 #[derive(Debug, PartialEq, Eq)]
@@ -150,6 +167,22 @@ pub fn server_form(id: &[u8]) -> Option<(Millis, u64)> {
     let ms = num(id.get(..dash)?)?;
     let seq = num(id.get(dash + 1..)?)?;
     (ms <= MAX_TIMESTAMP && seq < SEQ_LIMIT).then_some((ms, seq))
+}
+
+/// The last id made that a persisted state implies: `last_id`, raised to the highest held
+/// id of the server's form when that is above it and at most a millisecond past `latest`.
+/// States written before a lease named that way counted as made may hold such ids; one
+/// further ahead is left for [`Leases::from_parts`] to refuse.
+pub fn implied_last_id(
+    latest: Millis,
+    last_id: (Millis, u64),
+    leases: &[(Millis, u64, &[u8])],
+) -> (Millis, u64) {
+    leases
+        .iter()
+        .filter_map(|&(_, _, id)| server_form(id))
+        .filter(|made| made.0 <= latest.saturating_add(1))
+        .fold(last_id, Ord::max)
 }
 
 fn format_id((ms, seq): (Millis, u64)) -> Vec<u8> {
@@ -601,33 +634,86 @@ impl Leases {
         self.order_insert(s);
     }
 
-    /// Records a lease made at `now` (a server-made id's time reaching the last one made).
-    fn note_id(&mut self, id: &[u8], now: Millis) {
-        if let Some(made) = server_form(id) {
-            if made.0 <= now && made > self.last_id {
-                self.last_id = made;
-            }
+    /// The id the server makes next at `now` (not before the latest time): `<now>-0` once the
+    /// clock has passed the last id made, else the one after it. Held by no lease (see the
+    /// module docs); `None` when the sequence is used up (not reached).
+    pub fn next_id(&self, now: Millis) -> Option<(Millis, u64)> {
+        let now = now.max(self.latest);
+        let (ms, seq) = self.last_id;
+        if now > ms {
+            Some((now, 0))
+        } else if seq + 1 < SEQ_LIMIT {
+            Some((ms, seq + 1))
+        } else {
+            // `ms` is `now` or `now + 1` (see `from_parts`): the next millisecond, if that
+            // stays within one of the latest time.
+            (ms <= now).then_some((ms + 1, 0))
         }
     }
 
-    /// A new id, above every one made before, held by no lease.
-    fn make_id(&mut self, now: Millis) -> Vec<u8> {
-        let (ms, seq) = self.last_id;
-        let mut next = if now > ms {
-            (now, 0)
-        } else if seq + 1 < SEQ_LIMIT {
-            (ms, seq + 1)
-        } else {
-            (ms + 1, 0)
-        };
-        loop {
-            let id = format_id(next);
-            if self.find(&id).is_none() {
-                self.last_id = self.last_id.max(next);
-                return id;
-            }
-            next.1 += 1;
+    /// Whether a new lease may be named `id` at `now` (not before the latest time): any id
+    /// not of the server's form; one of that form at or below the last made, for a time
+    /// reached, or the very id the server would make next (what an effect carries).
+    fn admits(&self, now: Millis, id: &[u8]) -> bool {
+        match server_form(id) {
+            None => true,
+            Some(made) => made <= self.last_id || made.0 <= now || self.next_id(now) == Some(made),
         }
+    }
+
+    /// Checks that a new lease of `cost` can be named `id` at `now`: a lease held by that id
+    /// is renewed (any id goes), any other must be in range and one the key admits (see
+    /// [`Leases::admits`]). What a call checks before it decides: a bad id is an error
+    /// whether or not units are free. Changes nothing.
+    pub fn check_id(&self, now: Millis, id: &[u8]) -> Result<(), Refusal> {
+        let now = now.max(self.latest);
+        if self.holds(now, id) {
+            Ok(())
+        } else if !valid_id(id) {
+            Err(Refusal::OutOfRange)
+        } else if !self.admits(now, id) {
+            Err(Refusal::IdAhead)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Checks that a lease of `cost` named `id` (one the server makes when `None`) can be
+    /// granted at `now` once its units are free, against the key's caps: a renewal of a
+    /// lease held always can; a new one needs a cost and an id in range, an id the key
+    /// admits, and room (see [`Refusal`]). Changes nothing.
+    pub fn check_grant(&self, now: Millis, cost: u64, id: Option<&[u8]>) -> Result<(), Refusal> {
+        let now = now.max(self.latest);
+        if cost == 0 {
+            return Ok(());
+        }
+        match id {
+            Some(id) if self.holds(now, id) => return Ok(()),
+            Some(id) => self.check_id(now, id)?,
+            None if self.next_id(now).is_none() => return Err(Refusal::NoIdLeft),
+            None => {}
+        }
+        if cost > MAX_LIMIT {
+            return Err(Refusal::OutOfRange);
+        }
+        if self.live_at(now) >= MAX_LEASES {
+            return Err(Refusal::Full);
+        }
+        Ok(())
+    }
+
+    /// Adds lease `id` of `cost` ending at `end`, once [`Leases::check_grant`] has passed at
+    /// `now`: an ended lease of the same id goes, and an id of the server's form becomes
+    /// the last made when it is above it.
+    fn grant(&mut self, now: Millis, id: &[u8], cost: u64, end: Millis) {
+        if let Some((_, s)) = self.find(id) {
+            self.remove_slot(s);
+        }
+        if let Some(made) = server_form(id) {
+            self.last_id = self.last_id.max(made);
+        }
+        self.insert(id, end, cost);
+        self.latest = now;
     }
 
     /// Takes `cost` units under `p` at `now` for the lease `id` (one the server makes when
@@ -639,7 +725,7 @@ impl Leases {
         p: &Params,
         cost: u64,
         id: Option<&[u8]>,
-    ) -> Result<Acquired, Full> {
+    ) -> Result<Acquired, Refusal> {
         let now = now.max(self.latest);
         let held = id.and_then(|id| self.find(id)).map(|(_, s)| s);
         if let Some(s) = held {
@@ -655,6 +741,10 @@ impl Leases {
                 });
             }
         }
+        // An id the key cannot take is bad input, whether or not the units are free.
+        if let Some(id) = id.filter(|_| cost > 0) {
+            self.check_id(now, id)?;
+        }
         let decision = self.decide(now, p.limit, cost);
         if !decision.allowed || cost == 0 {
             return Ok(Acquired {
@@ -663,20 +753,12 @@ impl Leases {
                 renewed: false,
             });
         }
-        if self.live_at(now) >= MAX_LEASES {
-            return Err(Full);
-        }
-        // The same id, ended: it goes, and the new lease takes its name.
-        if let Some(s) = held {
-            self.remove_slot(s);
-        }
+        self.check_grant(now, cost, id)?;
         let id = match id {
             Some(id) => id.to_vec(),
-            None => self.make_id(now),
+            None => format_id(self.next_id(now).ok_or(Refusal::NoIdLeft)?),
         };
-        self.note_id(&id, now);
-        self.insert(&id, now.saturating_add(p.lease_ms), cost);
-        self.latest = now;
+        self.grant(now, &id, cost, now.saturating_add(p.lease_ms));
         self.limit = p.limit;
         self.purge(now);
         let decision = Decision {
@@ -690,29 +772,32 @@ impl Leases {
         })
     }
 
-    /// Records an acquisition decided elsewhere (by the primary, or read from the AOF):
-    /// lease `id` holds `cost` until `now + lease_ms`, renewed when it is held, whatever the
-    /// limit. False, changing nothing, for a cost or id out of range.
-    pub fn record(&mut self, now: Millis, p: &Params, cost: u64, id: &[u8]) -> bool {
-        if cost == 0 || cost > MAX_LIMIT || !valid_id(id) {
-            return false;
+    /// Checks that [`Leases::record`] would take an acquisition decided elsewhere, changing
+    /// nothing: a renewal of a lease held at `now`, or a new lease within the key's caps.
+    pub fn check_record(&self, now: Millis, cost: u64, id: &[u8]) -> Result<(), Refusal> {
+        if cost == 0 {
+            // An effect records something: a grant carries its cost.
+            return Err(Refusal::OutOfRange);
         }
+        self.check_grant(now, cost, Some(id))
+    }
+
+    /// Records an acquisition decided elsewhere (by the primary, or read from the AOF):
+    /// lease `id` holds `cost` until `now + lease_ms`, renewed when it is held (its cost then
+    /// unused, as for the call that renewed it), whatever the limit. The same caps as a
+    /// client's call ([`Leases::check_record`]): refused, changing nothing, beyond them.
+    pub fn record(&mut self, now: Millis, p: &Params, cost: u64, id: &[u8]) -> Result<(), Refusal> {
+        self.check_record(now, cost, id)?;
         let now = now.max(self.latest);
         let end = now.saturating_add(p.lease_ms);
         match self.find(id) {
             Some((_, s)) if end_of(&self.slots, s) > now => self.set_end(s, end),
-            found => {
-                if let Some((_, s)) = found {
-                    self.remove_slot(s);
-                }
-                self.note_id(id, now);
-                self.insert(id, end, cost);
-            }
+            _ => self.grant(now, id, cost, end),
         }
         self.latest = now;
         self.limit = p.limit;
         self.purge(now);
-        true
+        Ok(())
     }
 
     /// Frees the lease `id` at `now`; `None` when it is not held then (it has ended or
@@ -788,6 +873,11 @@ impl Leases {
             }
             if l.find(id).is_some() {
                 return Err(Corrupt("an id is held twice"));
+            }
+            if server_form(id).is_some_and(|made| made > last_id) {
+                return Err(Corrupt(
+                    "a lease id of the server's form is above the last made",
+                ));
             }
             prev = Some((end, id));
             l.insert(id, end, cost);
@@ -968,12 +1058,15 @@ mod tests {
     }
 
     #[test]
-    fn server_ids_never_repeat_and_skip_held_ones() {
+    fn server_ids_never_repeat_and_are_never_held() {
         let mut l = Leases::new(&p(10, 1000));
-        // A client id of the server's form, made at a later time.
-        l.acquire(T0, &p(10, 1000), 1, Some(b"1700000000005-0"))
+        // A client's id of the server's form for a time not reached is refused; one for a
+        // time reached counts as made.
+        let ahead = l.acquire(T0, &p(10, 1000), 1, Some(b"1700000000005-0"));
+        assert_eq!(ahead, Err(Refusal::IdAhead));
+        l.acquire(T0, &p(10, 1000), 1, Some(b"1700000000000-3"))
             .unwrap();
-        assert_eq!(l.last_id(), (0, 0));
+        assert_eq!(l.last_id(), (T0, 3));
         let ids: Vec<_> = [0, 0, 5, 5, 3]
             .iter()
             .map(|&t| {
@@ -987,13 +1080,35 @@ mod tests {
         assert_eq!(
             ids,
             [
-                "1700000000000-0",
-                "1700000000000-1",
+                "1700000000000-4",
+                "1700000000000-5",
+                "1700000000005-0",
                 "1700000000005-1",
-                "1700000000005-2",
-                "1700000000005-3"
+                "1700000000005-2"
             ]
         );
+        // At the end of a millisecond's sequence, the next id is the next millisecond's
+        // first: the only id of that millisecond the key admits before it is reached.
+        let mut l = Leases::new(&p(10, 1000));
+        let last = format!("{T0}-{}", SEQ_LIMIT - 1);
+        l.acquire(T0, &p(10, 1000), 1, Some(last.as_bytes()))
+            .unwrap();
+        assert_eq!(l.next_id(T0), Some((T0 + 1, 0)));
+        let second = format!("{}-1", T0 + 1);
+        let refused = l.acquire(T0, &p(10, 1000), 1, Some(second.as_bytes()));
+        assert_eq!(refused, Err(Refusal::IdAhead));
+        // An effect carrying the id the server made is taken, and counts as made.
+        let mut replica = l.clone();
+        let made = l.acquire(T0, &p(10, 1000), 1, None).unwrap().id.unwrap();
+        assert_eq!(made, format!("{}-0", T0 + 1).into_bytes());
+        assert_eq!(replica.record(T0, &p(10, 1000), 1, &made), Ok(()));
+        assert_eq!(replica.last_id(), l.last_id());
+        assert_eq!(replica.next_id(T0), Some((T0 + 1, 1)));
+        // What the server made stays made once released, on both.
+        l.release(T0, &made).unwrap();
+        replica.release(T0, &made).unwrap();
+        assert_eq!(l.next_id(T0 + 1), Some((T0 + 1, 1)));
+        assert_eq!(replica.next_id(T0 + 1), Some((T0 + 1, 1)));
         assert_eq!(server_form(b"1-0"), Some((1, 0)));
         for bad in [
             &b"01-0"[..],
@@ -1048,7 +1163,10 @@ mod tests {
             l.acquire(T0, &p(MAX_LIMIT, 1000), 1, Some(i.to_string().as_bytes()))
                 .unwrap();
         }
-        assert_eq!(l.acquire(T0, &p(MAX_LIMIT, 1000), 1, None), Err(Full));
+        assert_eq!(
+            l.acquire(T0, &p(MAX_LIMIT, 1000), 1, None),
+            Err(Refusal::Full)
+        );
         // Beside each id (its 16-byte pointer in the slot and its own allocation): at most
         // 48 bytes a lease.
         let ids = l.id_bytes + 16 * l.slots.capacity();
@@ -1198,7 +1316,7 @@ mod tests {
                 let got = primary.acquire(t, &p(limit, lease), cost, name.as_deref()).unwrap();
                 if let Some(id) = got.id {
                     let at = primary.latest();
-                    prop_assert!(replica.record(at, &p(limit, lease), cost, &id));
+                    prop_assert_eq!(replica.record(at, &p(limit, lease), cost, &id), Ok(()));
                 }
                 prop_assert_eq!(primary.leases(), replica.leases());
                 prop_assert_eq!(primary.last_id(), replica.last_id());

@@ -114,8 +114,14 @@ pub trait Limit {
     fn evaluate(&self, now: Millis, p: &Self::Params, cost: u64) -> Decision;
 
     /// Records `cost` units at `now` under `p` without checking any limit. Returns false,
-    /// changing nothing, when the record would break the limiter's invariants.
+    /// changing nothing, when the record would break the limiter's invariants (exactly
+    /// when [`Limit::can_record`] is false).
     fn record(&mut self, now: Millis, p: &Self::Params, cost: u64) -> bool;
+
+    /// Whether [`Limit::record`] would take `cost` units at `now` under `p`, changing
+    /// nothing: what a call that changes several limiters checks of each before it changes
+    /// any. Both share one check per limiter, so they cannot disagree.
+    fn can_record(&self, now: Millis, p: &Self::Params, cost: u64) -> bool;
 
     /// When the limiter is back to empty if nothing else arrives; `None` when it is empty.
     fn empty_at(&self) -> Option<Millis>;

@@ -637,6 +637,39 @@ impl SlidingLog {
         front
     }
 
+    /// The retention a record of `cost` units at `now` under `windows` leaves (see
+    /// [`SlidingLog::retention_after`]); `None` when the record would break the log's
+    /// invariants: windows or a time out of range, or more units kept than the 32-bit
+    /// running totals hold.
+    fn retention_recorded(&self, now: Millis, windows: &[Window], cost: u64) -> Option<Front> {
+        let now = now.max(self.latest);
+        if windows.is_empty()
+            || windows.len() > MAX_WINDOWS
+            || now > MAX_TIMESTAMP
+            || !windows.iter().all(valid_window)
+        {
+            return None;
+        }
+        // What leaves the log: what no window still counts (see `retention_after`).
+        let mut retention = self.retention_after(now, windows);
+        // Everything the log holds fits with the cost (the usual case): so does what it
+        // keeps.
+        if self.prefix(self.body.len()).saturating_add(cost) > MAX_LIMIT {
+            let keep = retention.keep(longest(windows));
+            let (_, mut kept_units) = self.used(now, keep);
+            if !retention.is_empty() && kept_units.saturating_add(cost) > MAX_LIMIT {
+                // The running totals hold 2^32 - 1 units at most: past that, the log keeps
+                // only what the call's own windows count.
+                retention = Front::default();
+                (_, kept_units) = self.used(now, longest(windows));
+            }
+            if kept_units.saturating_add(cost) > MAX_LIMIT {
+                return None;
+            }
+        }
+        Some(retention)
+    }
+
     /// Drops the records older than `cutoff`. O(log n), and frees a bounded number of
     /// chunks (see [`Chunks::drop_front`]); called with nothing to drop, it frees some of
     /// what earlier calls left.
@@ -756,31 +789,10 @@ impl Limit for SlidingLog {
     /// a decision already taken (by this server, or by the primary for a replica). Returns
     /// false, changing nothing, when the record would break the log's invariants.
     fn record(&mut self, now: Millis, windows: &[Window], cost: u64) -> bool {
-        let now = now.max(self.latest);
-        if windows.is_empty()
-            || windows.len() > MAX_WINDOWS
-            || now > MAX_TIMESTAMP
-            || !windows.iter().all(valid_window)
-        {
+        let Some(retention) = self.retention_recorded(now, windows, cost) else {
             return false;
-        }
-        // What leaves the log: what no window still counts (see `retention_after`).
-        let mut retention = self.retention_after(now, windows);
-        // Everything the log holds fits with the cost (the usual case): so does what it
-        // keeps.
-        if self.prefix(self.body.len()).saturating_add(cost) > MAX_LIMIT {
-            let keep = retention.keep(longest(windows));
-            let (_, mut kept_units) = self.used(now, keep);
-            if !retention.is_empty() && kept_units.saturating_add(cost) > MAX_LIMIT {
-                // The running totals hold 2^32 - 1 units at most: past that, the log keeps
-                // only what the call's own windows count.
-                retention = Front::default();
-                (_, kept_units) = self.used(now, longest(windows));
-            }
-            if kept_units.saturating_add(cost) > MAX_LIMIT {
-                return false;
-            }
-        }
+        };
+        let now = now.max(self.latest);
         if !self.same_windows(windows) {
             self.set_windows(windows);
         }
@@ -794,9 +806,13 @@ impl Limit for SlidingLog {
         // retention's.
         let keep = retention.keep(longest(windows));
         self.trim_before((now + 1).saturating_sub(keep));
-        self.push(now, cost as u32); // cost <= MAX_LIMIT, checked above
+        self.push(now, cost as u32); // cost <= MAX_LIMIT, checked by retention_recorded
         self.settle_shape();
         true
+    }
+
+    fn can_record(&self, now: Millis, windows: &[Window], cost: u64) -> bool {
+        self.retention_recorded(now, windows, cost).is_some()
     }
 
     fn latest(&self) -> Millis {

@@ -85,6 +85,9 @@ const RETENTION_WORDS: usize = 1 + 3 * MAX_KEPT;
 const RING_MASK: u32 = 0x1fff;
 /// The bit of the first word saying that a retention is pending.
 const RETAINED: u32 = 0x8000;
+/// A bit the first word of a ring never has (between the ring's length and
+/// [`RETAINED`]), for a value to tell itself apart from a ring (see `value::Unreadable`).
+pub const NOT_A_RING: u32 = 0x4000;
 
 /// The words a state takes, from its first word.
 pub fn block_len(first_word: u32) -> usize {
@@ -117,6 +120,17 @@ struct Plan {
     /// What is retained is longer than the longest ring: older units go to its oldest
     /// sub-interval instead of leaving.
     squeezed: bool,
+}
+
+/// What [`SubWindow::recording`] found a record writes.
+struct Recording {
+    now: Millis,
+    plan: Option<Plan>,
+    /// The current sub-interval's counter and the total, the cost included.
+    count: u32,
+    total: u32,
+    /// In the latest sub-interval (or an empty ring) of the same shape: nothing to clear.
+    in_place: bool,
 }
 
 impl SubWindow {
@@ -532,6 +546,51 @@ impl SubWindow {
         Some(oldest + at as u64)
     }
 
+    /// What recording `cost` units at `now` under `p` writes; `None` when the record would
+    /// break the ring's invariants: parameters or a time out of range, a shape the block
+    /// does not have (the caller reshapes first, see [`Limit::reshaped`]), or a counter or
+    /// the total past 32 bits (the ring may keep units of a longer window used before).
+    fn recording(&self, now: Millis, p: &Params, cost: u64) -> Option<Recording> {
+        let now = now.max(self.latest());
+        if !p.valid() || now > MAX_TIMESTAMP {
+            return None;
+        }
+        let plan = match self.same_shape(p) {
+            true => None,
+            false => Some(self.plan(now, p)),
+        };
+        if plan.as_ref().is_some_and(|plan| !self.fits(p, plan)) {
+            return None;
+        }
+        let current = self.index(now);
+        if plan.is_none() && (current == self.index(self.latest()) || self.total() == 0) {
+            // The same shape, in the latest sub-interval (the usual call), or an empty ring
+            // (a new key): nothing leaves, and the other counters are 0 already.
+            let count = u32::try_from(u64::from(self.word(self.slot(current))) + cost).ok()?;
+            let total = u32::try_from(self.total() + cost).ok()?;
+            return Some(Recording {
+                now,
+                plan,
+                count,
+                total,
+                in_place: true,
+            });
+        }
+        // What the ring holds once moved to `now`, plus the cost.
+        let passed = (current - self.index(self.latest())).min(self.ring_n() + 1);
+        let leaving = self.ring_sum(current + 1 - passed, current);
+        let after_advance = self.total() - leaving.min(self.total());
+        let count = u32::try_from(self.count(current) + cost).ok()?;
+        let total = u32::try_from(after_advance + cost).ok()?;
+        Some(Recording {
+            now,
+            plan,
+            count,
+            total,
+            in_place: false,
+        })
+    }
+
     /// The ring a call at `now` (not before `latest`) under `p` needs: `p`'s window, or
     /// longer for the units windows used before still count. A window shorter than the
     /// stored one adds that one to the retention (its last use: the newest unit's
@@ -728,53 +787,29 @@ impl Limit for SubWindow {
     }
 
     fn record(&mut self, now: Millis, p: &Params, cost: u64) -> bool {
-        let now = now.max(self.latest());
-        if !p.valid() || now > MAX_TIMESTAMP {
+        let Some(r) = self.recording(now, p, cost) else {
             return false;
-        }
-        let plan = match self.same_shape(p) {
-            true => None,
-            false => Some(self.plan(now, p)),
         };
-        if plan.as_ref().is_some_and(|plan| !self.fits(p, plan)) {
-            return false;
-        }
-        let current = self.index(now);
-        if plan.is_none() && (current == self.index(self.latest()) || self.total() == 0) {
-            // The same shape, in the latest sub-interval (the usual call), or an empty ring
-            // (a new key): nothing leaves, and the other counters are 0 already.
+        let current = self.index(r.now);
+        if r.in_place {
             let slot = self.slot(current);
-            let (Ok(count), Ok(total)) = (
-                u32::try_from(u64::from(self.word(slot)) + cost),
-                u32::try_from(self.total() + cost),
-            ) else {
-                return false;
-            };
-            self.put(slot, count);
-            self.put(TOTAL, total);
-            self.put(LIMIT, p.limit as u32);
-            self.set_latest(now);
-            return true;
+            self.put(slot, r.count);
+        } else {
+            self.advance(r.now);
+            self.put_count(current, r.count);
+            if let Some(front) = r.plan.as_ref().and_then(|plan| plan.front.as_ref()) {
+                // p is valid, so its window fits in 16 bits.
+                self.set_front(p.subintervals() as u32, front);
+            }
         }
-        // What the ring holds once moved to `now`, plus the cost.
-        let passed = (current - self.index(self.latest())).min(self.ring_n() + 1);
-        let leaving = self.ring_sum(current + 1 - passed, current);
-        let after_advance = self.total() - leaving.min(self.total());
-        let (Ok(count), Ok(total)) = (
-            u32::try_from(self.count(current) + cost),
-            u32::try_from(after_advance + cost),
-        ) else {
-            return false;
-        };
-        self.advance(now);
-        self.put_count(current, count);
-        self.put(TOTAL, total);
+        self.put(TOTAL, r.total);
         self.put(LIMIT, p.limit as u32);
-        if let Some(front) = plan.as_ref().and_then(|plan| plan.front.as_ref()) {
-            // p is valid, so its window fits in 16 bits.
-            self.set_front(p.subintervals() as u32, front);
-        }
+        self.set_latest(r.now);
         true
+    }
+
+    fn can_record(&self, now: Millis, p: &Params, cost: u64) -> bool {
+        self.recording(now, p, cost).is_some()
     }
 
     /// A retention keeps the key too, while the window it is for still counts a unit.

@@ -8,9 +8,10 @@
 //! and the count stays exact meanwhile.
 //!
 //! Layout (about 40 bytes per lease plus its id's own allocation):
-//! - `slots`: a slab of leases (id, end, cost, cached hash), 32 bytes each, with a free list;
-//! - `table`: an open-addressing hash index from id to slot, 4 bytes a bucket, at most 3/4
-//!   full;
+//! - `slots`: a [`Slab`] of leases (id, end, cost, cached hash), 32 bytes each, with a free
+//!   list, in pages that growing never moves;
+//! - `index`: a hash [`Index`] from id to slot, 4 bytes a bucket, at most 4/5 full, in shards
+//!   that are each resized alone (no call rehashes every lease);
 //! - `chunks`: the slots ordered by `(end, slot)`, in sorted chunks of at most [`CHUNK`]
 //!   entries (4 bytes each) with the units each chunk holds, so that the units held at `t`,
 //!   the wait for a cost and the last end cost O(number of chunks + CHUNK) additions: about
@@ -29,6 +30,7 @@
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 
+use super::index::{Index, Slab};
 use super::{Decision, Millis, Wait, MAX_TIMESTAMP};
 
 /// The largest limit (and so the largest cost a lease may hold).
@@ -122,9 +124,10 @@ pub struct Leases {
     total: u64,
     /// Stored leases, ended or not.
     count: usize,
-    slots: Vec<Slot>,
+    slots: Slab<Slot>,
     free: u32,
-    table: Vec<u32>,
+    /// The slots of the leases stored, by id.
+    index: Index,
     chunks: Vec<Chunk>,
     /// Bytes the ids' allocations take, rounded to size classes.
     id_bytes: usize,
@@ -139,15 +142,19 @@ struct Cut {
     at: usize,
 }
 
-fn end_of(slots: &[Slot], s: u32) -> Millis {
-    slots.get(s as usize).map_or(0, |x| x.end)
+fn end_of(slots: &Slab<Slot>, s: u32) -> Millis {
+    slots.get(s).map_or(0, |x| x.end)
 }
 
-fn cost_of(slots: &[Slot], s: u32) -> u64 {
-    slots.get(s as usize).map_or(0, |x| u64::from(x.cost))
+fn cost_of(slots: &Slab<Slot>, s: u32) -> u64 {
+    slots.get(s).map_or(0, |x| u64::from(x.cost))
 }
 
-fn key_of(slots: &[Slot], s: u32) -> (Millis, u32) {
+fn hash_of(slots: &Slab<Slot>, s: u32) -> u32 {
+    slots.get(s).map_or(0, |x| x.hash)
+}
+
+fn key_of(slots: &Slab<Slot>, s: u32) -> (Millis, u32) {
     (end_of(slots, s), s)
 }
 
@@ -202,9 +209,9 @@ impl Leases {
             last_id: (0, 0),
             total: 0,
             count: 0,
-            slots: Vec::new(),
+            slots: Slab::new(),
             free: NONE,
-            table: Vec::new(),
+            index: Index::new(),
             chunks: Vec::new(),
             id_bytes: 0,
             hasher: RandomState::new(),
@@ -232,100 +239,16 @@ impl Leases {
         self.hasher.hash_one(id) as u32
     }
 
-    fn mask(&self) -> usize {
-        self.table.len().wrapping_sub(1)
-    }
-
-    /// The bucket and slot holding `id`.
-    fn find(&self, id: &[u8]) -> Option<(usize, u32)> {
-        if self.table.is_empty() {
+    /// The slot holding `id`.
+    fn find(&self, id: &[u8]) -> Option<u32> {
+        if self.index.is_empty() {
             return None;
         }
         let h = self.hash(id);
-        let mask = self.mask();
-        let mut b = h as usize & mask;
-        loop {
-            let e = *self.table.get(b)?;
-            if e == 0 {
-                return None;
-            }
-            let s = e - 1;
-            if let Some(slot) = self.slots.get(s as usize) {
-                if slot.hash == h && *slot.id == *id {
-                    return Some((b, s));
-                }
-            }
-            b = (b + 1) & mask;
-        }
-    }
-
-    /// The bucket that indexes slot `s`.
-    fn bucket_of(&self, s: u32) -> Option<usize> {
-        let mask = self.mask();
-        let mut b = self.slots.get(s as usize)?.hash as usize & mask;
-        loop {
-            match *self.table.get(b)? {
-                0 => return None,
-                e if e == s + 1 => return Some(b),
-                _ => b = (b + 1) & mask,
-            }
-        }
-    }
-
-    fn table_put(table: &mut [u32], slots: &[Slot], s: u32) {
-        let mask = table.len().wrapping_sub(1);
-        let mut b = slots.get(s as usize).map_or(0, |x| x.hash as usize) & mask;
-        while let Some(e) = table.get_mut(b) {
-            if *e == 0 {
-                *e = s + 1;
-                return;
-            }
-            b = (b + 1) & mask;
-        }
-    }
-
-    /// Rebuilds the index with `cap` buckets (a power of two above the count).
-    fn rebuild_table(&mut self, cap: usize) {
-        let mut table = vec![0u32; cap];
-        for (s, slot) in self.slots.iter().enumerate() {
-            if !slot.id.is_empty() {
-                Self::table_put(&mut table, &self.slots, s as u32);
-            }
-        }
-        self.table = table;
-    }
-
-    /// Removes bucket `b`, shifting back the entries that probed past it.
-    fn table_remove(&mut self, mut i: usize) {
-        let mask = self.mask();
-        let mut j = i;
-        loop {
-            j = (j + 1) & mask;
-            let e = self.table.get(j).copied().unwrap_or(0);
-            if e == 0 {
-                break;
-            }
-            let home = self
-                .slots
-                .get((e - 1) as usize)
-                .map_or(0, |x| x.hash as usize)
-                & mask;
-            // The entry at j stays when its home lies cyclically in (i, j].
-            let stays = if i <= j {
-                i < home && home <= j
-            } else {
-                i < home || home <= j
-            };
-            if !stays {
-                if let Some(slot) = self.table.get_mut(i) {
-                    *slot = e;
-                }
-                i = j;
-            }
-        }
-        if let Some(slot) = self.table.get_mut(i) {
-            *slot = 0;
-        }
+        let slots = &self.slots;
+        self.index.find(h, |s| {
+            slots.get(s).is_some_and(|x| x.hash == h && *x.id == *id)
+        })
     }
 
     /// The chunk where `key` is or would go.
@@ -534,8 +457,7 @@ impl Leases {
     /// Whether the lease `id` is held at `now`.
     pub fn holds(&self, now: Millis, id: &[u8]) -> bool {
         let now = now.max(self.latest);
-        self.find(id)
-            .is_some_and(|(_, s)| end_of(&self.slots, s) > now)
+        self.find(id).is_some_and(|s| end_of(&self.slots, s) > now)
     }
 
     /// The answer an acquisition of `cost` under `p` would get at `now`, changing nothing.
@@ -565,10 +487,10 @@ impl Leases {
 
     fn remove_slot(&mut self, s: u32) {
         self.order_remove(s);
-        if let Some(b) = self.bucket_of(s) {
-            self.table_remove(b);
-        }
-        if let Some(slot) = self.slots.get_mut(s as usize) {
+        let slots = &self.slots;
+        self.index
+            .remove(hash_of(slots, s), s, |x| hash_of(slots, x));
+        if let Some(slot) = self.slots.get_mut(s) {
             self.total -= u64::from(slot.cost);
             self.id_bytes -= id_class(slot.id.len());
             *slot = Slot {
@@ -581,12 +503,10 @@ impl Leases {
             self.count -= 1;
         }
         if self.count == 0 {
-            self.slots = Vec::new();
+            self.slots = Slab::new();
             self.free = NONE;
-            self.table = Vec::new();
+            self.index = Index::new();
             self.chunks = Vec::new();
-        } else if self.table.len() > 16 && self.count * 16 < self.table.len() {
-            self.rebuild_table(self.table.len() / 4);
         }
     }
 
@@ -600,35 +520,25 @@ impl Leases {
         };
         self.total += u64::from(slot.cost);
         self.id_bytes += id_class(id.len());
-        let s = match self.slots.get_mut(self.free as usize) {
+        let s = match self.slots.get_mut(self.free) {
             Some(free) => {
                 let s = self.free;
                 self.free = u32::try_from(free.end).unwrap_or(NONE);
                 *free = slot;
                 s
             }
-            None => {
-                // Grows by a quarter: a big key wastes less than doubling would.
-                if self.slots.len() == self.slots.capacity() {
-                    self.slots.reserve_exact((self.slots.len() / 4).max(4));
-                }
-                self.slots.push(slot);
-                (self.slots.len() - 1) as u32
-            }
+            None => self.slots.push(slot),
         };
         self.count += 1;
-        if self.count * 5 > self.table.len() * 4 {
-            self.rebuild_table((self.table.len() * 2).max(8));
-        } else {
-            Self::table_put(&mut self.table, &self.slots, s);
-        }
+        let slots = &self.slots;
+        self.index.insert(hash, s, |x| hash_of(slots, x));
         self.order_insert(s);
     }
 
     /// Moves lease `s` to end at `end`.
     fn set_end(&mut self, s: u32, end: Millis) {
         self.order_remove(s);
-        if let Some(slot) = self.slots.get_mut(s as usize) {
+        if let Some(slot) = self.slots.get_mut(s) {
             slot.end = end;
         }
         self.order_insert(s);
@@ -661,18 +571,37 @@ impl Leases {
         }
     }
 
-    /// Checks that a new lease of `cost` can be named `id` at `now`: a lease held by that id
-    /// is renewed (any id goes), any other must be in range and one the key admits (see
+    /// Checks that a lease can be named `id` at `now`: a lease held by that id is renewed
+    /// (any id goes), any other must be in range and one the key admits (see
     /// [`Leases::admits`]). What a call checks before it decides: a bad id is an error
     /// whether or not units are free. Changes nothing.
     pub fn check_id(&self, now: Millis, id: &[u8]) -> Result<(), Refusal> {
         let now = now.max(self.latest);
         if self.holds(now, id) {
             Ok(())
-        } else if !valid_id(id) {
+        } else {
+            self.check_new_id(now, id)
+        }
+    }
+
+    /// A new lease's id: in range, and one the key admits.
+    fn check_new_id(&self, now: Millis, id: &[u8]) -> Result<(), Refusal> {
+        if !valid_id(id) {
             Err(Refusal::OutOfRange)
         } else if !self.admits(now, id) {
             Err(Refusal::IdAhead)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Room for a new lease at `now` (not before the latest time): fewer than the most a
+    /// key holds, and an id to make when `makes_id`.
+    fn check_room(&self, now: Millis, makes_id: bool) -> Result<(), Refusal> {
+        if makes_id && self.next_id(now).is_none() {
+            Err(Refusal::NoIdLeft)
+        } else if self.live_at(now) >= MAX_LEASES {
+            Err(Refusal::Full)
         } else {
             Ok(())
         }
@@ -687,26 +616,23 @@ impl Leases {
         if cost == 0 {
             return Ok(());
         }
-        match id {
-            Some(id) if self.holds(now, id) => return Ok(()),
-            Some(id) => self.check_id(now, id)?,
-            None if self.next_id(now).is_none() => return Err(Refusal::NoIdLeft),
-            None => {}
+        if let Some(id) = id {
+            if self.holds(now, id) {
+                return Ok(());
+            }
+            self.check_new_id(now, id)?;
         }
         if cost > MAX_LIMIT {
             return Err(Refusal::OutOfRange);
         }
-        if self.live_at(now) >= MAX_LEASES {
-            return Err(Refusal::Full);
-        }
-        Ok(())
+        self.check_room(now, id.is_none())
     }
 
-    /// Adds lease `id` of `cost` ending at `end`, once [`Leases::check_grant`] has passed at
-    /// `now`: an ended lease of the same id goes, and an id of the server's form becomes
-    /// the last made when it is above it.
-    fn grant(&mut self, now: Millis, id: &[u8], cost: u64, end: Millis) {
-        if let Some((_, s)) = self.find(id) {
+    /// Adds lease `id` of `cost` ending at `end`, once its checks have passed at `now`:
+    /// `ended`, the slot of an ended lease of the same id, goes, and an id of the server's
+    /// form becomes the last made when it is above it.
+    fn grant(&mut self, now: Millis, id: &[u8], cost: u64, end: Millis, ended: Option<u32>) {
+        if let Some(s) = ended {
             self.remove_slot(s);
         }
         if let Some(made) = server_form(id) {
@@ -727,7 +653,7 @@ impl Leases {
         id: Option<&[u8]>,
     ) -> Result<Acquired, Refusal> {
         let now = now.max(self.latest);
-        let held = id.and_then(|id| self.find(id)).map(|(_, s)| s);
+        let held = id.and_then(|id| self.find(id));
         if let Some(s) = held {
             if end_of(&self.slots, s) > now && cost > 0 {
                 self.set_end(s, now.saturating_add(p.lease_ms));
@@ -743,7 +669,7 @@ impl Leases {
         }
         // An id the key cannot take is bad input, whether or not the units are free.
         if let Some(id) = id.filter(|_| cost > 0) {
-            self.check_id(now, id)?;
+            self.check_new_id(now, id)?;
         }
         let decision = self.decide(now, p.limit, cost);
         if !decision.allowed || cost == 0 {
@@ -753,12 +679,13 @@ impl Leases {
                 renewed: false,
             });
         }
-        self.check_grant(now, cost, id)?;
+        // Allowed: the cost is within the limit, so in range.
+        self.check_room(now, id.is_none())?;
         let id = match id {
             Some(id) => id.to_vec(),
             None => format_id(self.next_id(now).ok_or(Refusal::NoIdLeft)?),
         };
-        self.grant(now, &id, cost, now.saturating_add(p.lease_ms));
+        self.grant(now, &id, cost, now.saturating_add(p.lease_ms), held);
         self.limit = p.limit;
         self.purge(now);
         let decision = Decision {
@@ -775,11 +702,29 @@ impl Leases {
     /// Checks that [`Leases::record`] would take an acquisition decided elsewhere, changing
     /// nothing: a renewal of a lease held at `now`, or a new lease within the key's caps.
     pub fn check_record(&self, now: Millis, cost: u64, id: &[u8]) -> Result<(), Refusal> {
+        self.recorded(now, cost, id).map(|_| ())
+    }
+
+    /// What [`Leases::record`] does at `now` (not before the latest time): `(true, slot)` to
+    /// renew the lease held in that slot, `(false, slot)` to add one (in place of the ended
+    /// lease of the same id in `slot`, if any), or why it cannot.
+    fn recorded(&self, now: Millis, cost: u64, id: &[u8]) -> Result<(bool, Option<u32>), Refusal> {
         if cost == 0 {
             // An effect records something: a grant carries its cost.
             return Err(Refusal::OutOfRange);
         }
-        self.check_grant(now, cost, Some(id))
+        let now = now.max(self.latest);
+        match self.find(id) {
+            Some(s) if end_of(&self.slots, s) > now => Ok((true, Some(s))),
+            ended => {
+                self.check_new_id(now, id)?;
+                if cost > MAX_LIMIT {
+                    return Err(Refusal::OutOfRange);
+                }
+                self.check_room(now, false)?;
+                Ok((false, ended))
+            }
+        }
     }
 
     /// Records an acquisition decided elsewhere (by the primary, or read from the AOF):
@@ -787,12 +732,12 @@ impl Leases {
     /// unused, as for the call that renewed it), whatever the limit. The same caps as a
     /// client's call ([`Leases::check_record`]): refused, changing nothing, beyond them.
     pub fn record(&mut self, now: Millis, p: &Params, cost: u64, id: &[u8]) -> Result<(), Refusal> {
-        self.check_record(now, cost, id)?;
+        let (renewed, slot) = self.recorded(now, cost, id)?;
         let now = now.max(self.latest);
         let end = now.saturating_add(p.lease_ms);
-        match self.find(id) {
-            Some((_, s)) if end_of(&self.slots, s) > now => self.set_end(s, end),
-            _ => self.grant(now, id, cost, end),
+        match (renewed, slot) {
+            (true, Some(s)) => self.set_end(s, end),
+            (_, ended) => self.grant(now, id, cost, end, ended),
         }
         self.latest = now;
         self.limit = p.limit;
@@ -804,7 +749,7 @@ impl Leases {
     /// never existed), changing nothing.
     pub fn release(&mut self, now: Millis, id: &[u8]) -> Option<Decision> {
         let now = now.max(self.latest);
-        let (_, s) = self.find(id)?;
+        let s = self.find(id)?;
         if end_of(&self.slots, s) <= now {
             return None;
         }
@@ -817,7 +762,7 @@ impl Leases {
     /// Makes the lease `id` end `lease_ms` after `now`; `None` when it is not held then.
     pub fn extend(&mut self, now: Millis, id: &[u8], lease_ms: u64) -> Option<Decision> {
         let now = now.max(self.latest);
-        let (_, s) = self.find(id)?;
+        let s = self.find(id)?;
         if end_of(&self.slots, s) <= now {
             return None;
         }
@@ -891,8 +836,8 @@ impl Leases {
     /// Bytes held on the heap, each allocation rounded to its size class.
     pub fn heap_size(&self) -> usize {
         use crate::algo::chunks::class_ceil;
-        let slots = class_ceil(self.slots.capacity() * std::mem::size_of::<Slot>());
-        let table = class_ceil(self.table.capacity() * 4);
+        let slots = self.slots.heap_size();
+        let table = self.index.heap_size();
         let chunks = class_ceil(self.chunks.capacity() * std::mem::size_of::<Chunk>());
         let runs: usize = self
             .chunks
@@ -904,7 +849,7 @@ impl Leases {
 
     /// Heap allocations held.
     pub fn allocations(&self) -> usize {
-        3 + self.chunks.len() + self.count
+        1 + self.slots.allocations() + self.index.allocations() + self.chunks.len() + self.count
     }
 }
 

@@ -5,6 +5,7 @@
 pub mod chunks;
 pub mod fixed;
 pub mod gcra;
+pub mod index;
 pub mod lease;
 pub mod retention;
 pub mod slide;

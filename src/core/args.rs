@@ -1,0 +1,335 @@
+//! The grammar's primitives, which every kind parses its commands with: integers written
+//! as Redis writes them, and options (`KEYWORD value` or a flag) in any order, each at most
+//! once, with errors naming the argument at fault.
+//!
+//! A command's parser takes the words after its key (`&[&[u8]]`), so that it is
+//! unit-tested without a server, and an effect's words (`RL.APPLY`) parse with it too.
+
+use super::error::Error;
+use super::{Millis, MAX_TIMESTAMP};
+
+/// The largest `COST`.
+pub const COST_MAX: u64 = i64::MAX as u64;
+
+/// What a request weighs when no `COST` is given.
+pub const COST_DEFAULT: u64 = 1;
+
+/// What an option takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Takes {
+    /// A decimal integer in `min..=max`.
+    Int { min: u64, max: u64 },
+    /// Nothing: the keyword alone.
+    Flag,
+    /// Any word.
+    Word,
+}
+
+/// An option a command takes: its keyword and what follows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Opt {
+    pub keyword: &'static str,
+    pub takes: Takes,
+}
+
+impl Opt {
+    pub const fn int(keyword: &'static str, min: u64, max: u64) -> Opt {
+        Opt {
+            keyword,
+            takes: Takes::Int { min, max },
+        }
+    }
+
+    pub const fn flag(keyword: &'static str) -> Opt {
+        Opt {
+            keyword,
+            takes: Takes::Flag,
+        }
+    }
+
+    pub const fn word(keyword: &'static str) -> Opt {
+        Opt {
+            keyword,
+            takes: Takes::Word,
+        }
+    }
+
+    /// The words it takes, its keyword included.
+    pub fn width(&self) -> usize {
+        match self.takes {
+            Takes::Flag => 1,
+            _ => 2,
+        }
+    }
+}
+
+/// `COST n`: the units a request weighs.
+pub const COST: Opt = Opt::int("COST", 0, COST_MAX);
+/// `NOW ms`: the time to decide at instead of the server clock.
+pub const NOW: Opt = Opt::int("NOW", 0, MAX_TIMESTAMP);
+
+/// An option's value as given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Value<'a> {
+    Int(u64),
+    Flag,
+    Word(&'a [u8]),
+}
+
+impl Value<'_> {
+    /// The integer of an `Int` option (0 for the others).
+    pub fn int(self) -> u64 {
+        match self {
+            Value::Int(v) => v,
+            _ => 0,
+        }
+    }
+}
+
+/// The options given, by their place in the table they were parsed with.
+pub type Given<'a, const N: usize> = [Option<Value<'a>>; N];
+
+/// `KEYWORD value` pairs and flags among `table`, in any order, each at most once.
+#[inline(always)]
+pub fn options<'a, const N: usize>(
+    words: &[&'a [u8]],
+    table: &[Opt; N],
+) -> Result<Given<'a, N>, Error> {
+    // Most calls give none.
+    if words.is_empty() {
+        return Ok([None; N]);
+    }
+    some_options(words, table)
+}
+
+fn some_options<'a, const N: usize>(
+    words: &[&'a [u8]],
+    table: &[Opt; N],
+) -> Result<Given<'a, N>, Error> {
+    let mut given = [None; N];
+    let mut it = words.iter();
+    while let Some(&name) = it.next() {
+        let Some((i, opt)) = table
+            .iter()
+            .enumerate()
+            .find(|(_, o)| name.eq_ignore_ascii_case(o.keyword.as_bytes()))
+        else {
+            return Err(Error::UnknownOption(lossy(name)));
+        };
+        let Some(slot) = given.get_mut(i) else {
+            continue;
+        };
+        if slot.is_some() {
+            return Err(Error::RepeatedOption(opt.keyword));
+        }
+        *slot = Some(match opt.takes {
+            Takes::Flag => Value::Flag,
+            takes => {
+                let Some(&value) = it.next() else {
+                    return Err(Error::MissingValue(opt.keyword));
+                };
+                match takes {
+                    Takes::Int { min, max } => Value::Int(int(value, opt.keyword, min, max)?),
+                    _ => Value::Word(value),
+                }
+            }
+        });
+    }
+    Ok(given)
+}
+
+/// The required positional argument at `i`, a decimal integer in `min..=max`.
+#[inline(always)]
+pub fn positional(
+    words: &[&[u8]],
+    i: usize,
+    name: &'static str,
+    min: u64,
+    max: u64,
+) -> Result<u64, Error> {
+    match words.get(i) {
+        Some(word) => int(word, name, min, max),
+        None => Err(Error::Arity),
+    }
+}
+
+/// A decimal integer in `min..=max`, written the way Redis writes integers.
+pub fn int(word: &[u8], name: &'static str, min: u64, max: u64) -> Result<u64, Error> {
+    let err = || Error::Range {
+        arg: name,
+        min,
+        max,
+    };
+    let (Some(&first), 1..=20) = (word.first(), word.len()) else {
+        return Err(err());
+    };
+    if first == b'0' && word.len() > 1 {
+        return Err(err());
+    }
+    let mut v: u64 = 0;
+    let (head, tail) = word.split_at(word.len().min(19));
+    // Nineteen digits always fit in a u64; a twentieth is added with overflow checked.
+    for &b in head {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return Err(err());
+        }
+        v = v * 10 + u64::from(d);
+    }
+    if let Some(&b) = tail.first() {
+        let d = b.wrapping_sub(b'0');
+        v = match v.checked_mul(10).and_then(|v| v.checked_add(u64::from(d))) {
+            Some(v) if d <= 9 => v,
+            _ => return Err(err()),
+        };
+    }
+    if (min..=max).contains(&v) {
+        Ok(v)
+    } else {
+        Err(err())
+    }
+}
+
+/// The cost and `NOW` among options parsed with a table holding [`COST`] at `cost` and
+/// [`NOW`] at `now`.
+pub fn cost_and_now<const N: usize>(
+    given: &Given<'_, N>,
+    cost: usize,
+    now: usize,
+) -> (u64, Option<Millis>) {
+    let get = |i: usize| given.get(i).copied().flatten().map(Value::int);
+    (get(cost).unwrap_or(COST_DEFAULT), get(now))
+}
+
+/// How a command's positional parameters run, for finding where one of `RL.ALL`'s
+/// limiters ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Positional {
+    /// `limit window_ms` pairs, up to the first word that is not a number (`RL.SLIDE`).
+    Pairs,
+    /// Exactly this many numbers.
+    Numbers(usize),
+}
+
+/// A command's grammar after its key, as `RL.ALL` reads one of its limiters: positional
+/// numbers, then the options the command knows (`NOW`, which is the call's, is not one of
+/// them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grammar {
+    pub positional: Positional,
+    pub options: &'static [Opt],
+}
+
+impl Grammar {
+    /// How many of `words` one limiter of this grammar takes: its positional words (up to
+    /// the first word that is not a number, as in `RL.SLIDE`, a bad number left for the
+    /// command's parser to name), then the options it knows.
+    pub fn extent(&self, words: &[&[u8]]) -> usize {
+        let is_number = |w: &&[u8]| !w.first().is_some_and(u8::is_ascii_alphabetic);
+        let most = match self.positional {
+            Positional::Pairs => usize::MAX,
+            Positional::Numbers(n) => n,
+        };
+        let mut end = words.iter().take(most).take_while(|w| is_number(w)).count();
+        while let Some(opt) = words.get(end).and_then(|w| {
+            self.options
+                .iter()
+                .find(|o| w.eq_ignore_ascii_case(o.keyword.as_bytes()))
+        }) {
+            end += opt.width();
+        }
+        end.min(words.len())
+    }
+}
+
+/// A client's word as an error may quote it: at most 64 characters.
+pub fn lossy(word: &[u8]) -> String {
+    String::from_utf8_lossy(word).chars().take(64).collect()
+}
+
+/// The words of a line split on spaces, for tests.
+#[cfg(test)]
+pub fn words(line: &str) -> Vec<&[u8]> {
+    line.split(' ')
+        .filter(|w| !w.is_empty())
+        .map(str::as_bytes)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TABLE: [Opt; 4] = [COST, NOW, Opt::flag("ALIGN"), Opt::word("ID")];
+
+    #[test]
+    fn options_in_any_order_each_once() {
+        let got = options(&words("now 5 ALIGN id x COST 2"), &TABLE).unwrap();
+        assert_eq!(
+            got,
+            [
+                Some(Value::Int(2)),
+                Some(Value::Int(5)),
+                Some(Value::Flag),
+                Some(Value::Word(b"x"))
+            ]
+        );
+        assert_eq!(cost_and_now(&got, 0, 1), (2, Some(5)));
+        assert_eq!(cost_and_now(&[None; 4], 0, 1), (1, None));
+        for (line, want) in [
+            ("COST 1 COST 2", Error::RepeatedOption("COST")),
+            ("ALIGN ALIGN", Error::RepeatedOption("ALIGN")),
+            ("COST", Error::MissingValue("COST")),
+            ("ID", Error::MissingValue("ID")),
+            ("BURST 2", Error::UnknownOption("BURST".into())),
+            (
+                "COST -1",
+                Error::Range {
+                    arg: "COST",
+                    min: 0,
+                    max: COST_MAX,
+                },
+            ),
+            (
+                "NOW 253402300800000",
+                Error::Range {
+                    arg: "NOW",
+                    min: 0,
+                    max: MAX_TIMESTAMP,
+                },
+            ),
+        ] {
+            assert_eq!(options(&words(line), &TABLE), Err(want), "{line}");
+        }
+    }
+
+    #[test]
+    fn extent_of_a_limiter() {
+        // A limiter's options: NOW is the call's, not one of them.
+        const OPTIONS: [Opt; 3] = [COST, Opt::flag("ALIGN"), Opt::word("ID")];
+        let g = Grammar {
+            positional: Positional::Numbers(2),
+            options: &OPTIONS,
+        };
+        assert_eq!(g.extent(&words("5 1000 ALIGN COST 2 TOKEN 1 1")), 5);
+        assert_eq!(g.extent(&words("5 1000 ID x NOW 3")), 4);
+        assert_eq!(g.extent(&words("5 abc COST 1")), 1);
+        assert_eq!(g.extent(&words("5 1000 COST")), 3);
+        let pairs = Grammar {
+            positional: Positional::Pairs,
+            options: &TABLE[..1],
+        };
+        assert_eq!(pairs.extent(&words("1 2 3 4 5 6 COST 1 ALIGN")), 8);
+    }
+
+    proptest::proptest! {
+        /// `int` reads exactly the canonical decimal integers in range, as `str::parse`
+        /// reads them.
+        #[test]
+        fn int_reads_canonical_decimals(word in "[0-9]{1,21}|[0-9a+ -]{0,4}", min in 0u64..3, max in proptest::prelude::any::<u64>()) {
+            let canonical = word.parse::<u64>().ok().filter(|v| v.to_string() == word);
+            let want = canonical.filter(|v| (min..=max).contains(v));
+            proptest::prop_assert_eq!(int(word.as_bytes(), "x", min, max).ok(), want);
+        }
+    }
+}

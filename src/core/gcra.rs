@@ -1,0 +1,853 @@
+//! One integer core for `RL.TOKEN` (token bucket) and `RL.LEAKY` (leaky bucket that
+//! schedules): the generic cell rate algorithm.
+//!
+//! `limit` units flow per `window_ms`, so one unit every `T = window_ms / limit` ms. To keep
+//! every rate exact (1 per day up to 1,000,000 per second and beyond) without floats, time is
+//! counted in *ticks* of `1/limit` ms: then `T` is exactly `window_ms` ticks.
+//!
+//! The state is the *debt*: how far, in ticks, the theoretical arrival time runs ahead of the
+//! latest time seen. A request of `cost` units at a debt `D` needs `D + cost·T`; the bucket
+//! holds `burst·T`, and a request may wait up to `max_delay`. So it is
+//! - allowed at once when `D + cost·T <= burst·T` (the token bucket: `max_delay` is 0);
+//! - allowed after a delay of `D + cost·T - burst·T` while that is at most `max_delay` (the
+//!   leaky bucket as a scheduler: the caller waits that long, then acts);
+//! - refused otherwise, and then it changes nothing.
+//!
+//! Invariants: the parameters are within the ranges below, so that `burst·T + max_delay` in
+//! ticks fits in a `u64` and the hot path needs no 128-bit division; overflowing requests are
+//! detected with checked arithmetic.
+
+use super::codec::{Malformed, Reader, Sink};
+use super::kind::Params2;
+use super::limit::Limit;
+use super::{Decision, Millis, Wait, MAX_TIMESTAMP};
+
+/// The largest limit and burst: keeps `burst·T + max_delay` within 64 bits.
+pub const MAX_RATE_LIMIT: u64 = (1 << 31) - 1;
+/// The longest window and the longest MAXDELAY: 31 days.
+pub const MAX_WINDOW_MS: u64 = 31 * 24 * 3600 * 1000;
+
+/// The parameters of one call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Params {
+    /// Units per window.
+    pub limit: u64,
+    pub window_ms: u64,
+    /// Units that may go at once, without spacing.
+    pub burst: u64,
+    /// The longest delay a request may be given (0 for a token bucket).
+    pub max_delay_ms: u64,
+}
+
+impl Params {
+    /// Whether every field is within the ranges the commands accept.
+    pub fn valid(&self) -> bool {
+        (1..=MAX_RATE_LIMIT).contains(&self.limit)
+            && (1..=MAX_WINDOW_MS).contains(&self.window_ms)
+            && (1..=MAX_RATE_LIMIT).contains(&self.burst)
+            && self.max_delay_ms <= MAX_WINDOW_MS
+    }
+
+    /// One unit's interval, in ticks.
+    fn t(&self) -> u64 {
+        self.window_ms
+    }
+
+    /// The most debt a request may leave: the burst plus the longest delay, in ticks. Within
+    /// the accepted ranges this is below 1.2e19, so it fits.
+    fn capacity(&self) -> u64 {
+        self.burst
+            .saturating_mul(self.t())
+            .saturating_add(self.max_delay_ms.saturating_mul(self.limit))
+    }
+
+    /// `ticks` as whole milliseconds, rounded up: never tells a caller to act too early.
+    fn ms_ceil(&self, ticks: u64) -> u64 {
+        ticks.div_ceil(self.limit.max(1))
+    }
+}
+
+/// The state of one bucket: 32 bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gcra {
+    limit: u32,
+    window_ms: u32,
+    burst: u32,
+    max_delay_ms: u32,
+    latest: Millis,
+    /// Ticks (of `1/limit` ms) by which the theoretical arrival time is ahead of `latest`.
+    debt: u64,
+}
+
+/// Why a persisted bucket was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Corrupt(pub &'static str);
+
+impl Gcra {
+    /// An empty (full, for a token bucket) bucket with `p` as its parameters.
+    pub fn new(p: &Params) -> Gcra {
+        Gcra {
+            // The ranges are checked when arguments are parsed; the casts cannot truncate.
+            limit: p.limit as u32,
+            window_ms: p.window_ms as u32,
+            burst: p.burst as u32,
+            max_delay_ms: p.max_delay_ms as u32,
+            latest: 0,
+            debt: 0,
+        }
+    }
+
+    /// Rebuilds a bucket from its persisted parts, checking every invariant.
+    pub fn from_parts(p: Params, latest: Millis, debt: u64) -> Result<Gcra, Corrupt> {
+        if !p.valid() {
+            return Err(Corrupt("parameters out of range"));
+        }
+        if latest > MAX_TIMESTAMP {
+            return Err(Corrupt("time out of range"));
+        }
+        Ok(Gcra {
+            latest,
+            debt,
+            ..Gcra::new(&p)
+        })
+    }
+
+    /// A bucket with `p` as its parameters and `latest` and `debt` as they are, unchecked:
+    /// for the parts of a bucket that was valid (a key's compact form, see `value`);
+    /// [`Gcra::from_parts`] checks persisted ones.
+    pub fn with_state(p: &Params, latest: Millis, debt: u64) -> Gcra {
+        Gcra {
+            latest,
+            debt,
+            ..Gcra::new(p)
+        }
+    }
+
+    /// The parameters the bucket last recorded under.
+    pub fn params(&self) -> Params {
+        Params {
+            limit: u64::from(self.limit),
+            window_ms: u64::from(self.window_ms),
+            burst: u64::from(self.burst),
+            max_delay_ms: u64::from(self.max_delay_ms),
+        }
+    }
+
+    pub fn debt(&self) -> u64 {
+        self.debt
+    }
+
+    /// Gives back `units` (the most recent bookings first), never below empty, and answers
+    /// like [`Gcra::peek`].
+    pub fn refund(&mut self, now: Millis, units: u64) -> Decision {
+        let now = now.max(self.latest);
+        let p = self.params();
+        self.debt = self
+            .debt_at(now, &p)
+            .saturating_sub(units.saturating_mul(p.t()));
+        self.latest = now;
+        self.peek(now)
+    }
+
+    /// The answer to a `COST 0` call under the stored parameters.
+    pub fn peek(&self, now: Millis) -> Decision {
+        self.evaluate(now, &self.params(), 0)
+    }
+
+    /// The debt once `cost` units are recorded at `now` under `p`; `None` for parameters or a
+    /// time out of range, or a debt past 2^64 ticks (only a charge beyond the limit gets
+    /// near it), which [`Limit::record`] then refuses.
+    fn debt_recorded(&self, now: Millis, p: &Params, cost: u64) -> Option<u64> {
+        if !p.valid() || now > MAX_TIMESTAMP {
+            return None;
+        }
+        let now = now.max(self.latest);
+        cost.checked_mul(p.t())
+            .and_then(|units| self.debt_at(now, p).checked_add(units))
+    }
+
+    /// The debt at `now` (at least `latest`), in ticks of `p`. When `p` differs from the
+    /// stored parameters, the units owed carry over and are re-timed at the new rate
+    /// (rounded up, so a change never hands out a fraction of a unit for free).
+    fn debt_at(&self, now: Millis, p: &Params) -> u64 {
+        let elapsed = (now - self.latest).saturating_mul(u64::from(self.limit));
+        let debt = self.debt.saturating_sub(elapsed);
+        let old_window = u64::from(self.window_ms);
+        if old_window == p.window_ms || debt == 0 {
+            return debt;
+        }
+        // Rare (a change of window), so 128 bits are fine here.
+        let owed = (u128::from(debt) * u128::from(p.window_ms)).div_ceil(u128::from(old_window));
+        u64::try_from(owed).unwrap_or(u64::MAX)
+    }
+}
+
+impl Limit for Gcra {
+    type Params = Params;
+
+    /// When the bucket is back to empty if nothing else arrives; `None` when it already is.
+    fn empty_at(&self) -> Option<Millis> {
+        // Only a charge beyond the limit takes the debt near 2^64 ticks: saturate.
+        (self.debt > 0).then(|| self.latest.saturating_add(self.params().ms_ceil(self.debt)))
+    }
+
+    /// The answer to `cost` units at `now` under `p`, changing nothing.
+    fn evaluate(&self, now: Millis, p: &Params, cost: u64) -> Decision {
+        let now = now.max(self.latest);
+        let debt = self.debt_at(now, p);
+        let capacity = p.capacity();
+        // `None` when the request alone, or with the debt, is beyond any capacity.
+        let units = cost.checked_mul(p.t());
+        let need = units.and_then(|u| debt.checked_add(u));
+        let allowed = need.is_some_and(|n| n <= capacity);
+        let retry_after = match (units, need) {
+            (Some(_), Some(need)) if allowed => {
+                // A `COST 0` call books nothing, so nothing waits.
+                match need.saturating_sub(p.burst * p.t()) {
+                    _ if cost == 0 => Wait::None,
+                    0 => Wait::None,
+                    delay => Wait::Ms(p.ms_ceil(delay)),
+                }
+            }
+            (Some(units), _) if units <= capacity => {
+                // need - capacity, without forming `need`, which may not fit.
+                Wait::Ms(p.ms_ceil(debt - (capacity - units)))
+            }
+            _ => Wait::Never,
+        };
+        let after = match need {
+            Some(need) if allowed => need,
+            _ => debt,
+        };
+        Decision {
+            allowed,
+            limit: capacity / p.t(),
+            remaining: (capacity - after.min(capacity)) / p.t(),
+            retry_after,
+            reset_after_ms: p.ms_ceil(after),
+        }
+    }
+
+    fn record(&mut self, now: Millis, p: &Params, cost: u64) -> bool {
+        let Some(need) = self.debt_recorded(now, p, cost) else {
+            return false;
+        };
+        *self = Gcra {
+            latest: now.max(self.latest),
+            debt: need,
+            ..Gcra::new(p)
+        };
+        true
+    }
+
+    fn can_record(&self, now: Millis, p: &Params, cost: u64) -> bool {
+        self.debt_recorded(now, p, cost).is_some()
+    }
+
+    fn latest(&self) -> Millis {
+        self.latest
+    }
+}
+
+/// What a bucket kind (`RL.TOKEN`, `RL.LEAKY`, `CL.THROTTLE`) writes and reads of its
+/// bucket: version 3, `latest debt limit window_ms burst`, then for a bucket that delays,
+/// `delay`: 0 for a `MAXDELAY` equal to the window (the default), `max_delay_ms + 1`
+/// otherwise; version 1, `latest debt limit window_ms burst max_delay_ms`.
+pub mod encoding {
+    use super::*;
+
+    /// The bucket's parameters as a compact state's two words (each below 2^32).
+    pub fn params2(p: &Params) -> Params2 {
+        Params2 {
+            a: p.limit << 32 | p.window_ms,
+            b: p.burst << 32 | p.max_delay_ms,
+        }
+    }
+
+    /// The parameters [`params2`] made of.
+    pub fn params_of(set: Params2) -> Params {
+        Params {
+            limit: set.a >> 32,
+            window_ms: set.a & LOW32,
+            burst: set.b >> 32,
+            max_delay_ms: set.b & LOW32,
+        }
+    }
+
+    const LOW32: u64 = u32::MAX as u64;
+
+    /// The compact form: the parameters, `latest` (below 2^48) and the debt.
+    pub fn pack(g: &Gcra) -> Option<(Params2, Millis, u64)> {
+        (g.latest() >> 48 == 0).then(|| (params2(&g.params()), g.latest(), g.debt()))
+    }
+
+    /// The state's part of the encoding: `latest debt`.
+    pub fn encode_state<S: Sink>(latest: Millis, debt: u64, out: &mut S) {
+        out.varint(latest);
+        out.varint(debt);
+    }
+
+    /// The parameters' part: `limit window_ms burst`, then the delay when `delays`.
+    pub fn encode_params<S: Sink>(p: &Params, delays: bool, out: &mut S) {
+        out.varint(p.limit);
+        out.varint(p.window_ms);
+        out.varint(p.burst);
+        if delays {
+            out.varint(if p.max_delay_ms == p.window_ms {
+                0
+            } else {
+                p.max_delay_ms + 1
+            });
+        }
+    }
+
+    /// The state's part read back, checked as [`decode`] checks it, `None` when it does not
+    /// fit the compact form.
+    pub fn decode_state(r: &mut Reader) -> Option<(Millis, u64)> {
+        let latest = r.varint().ok()?;
+        if latest > MAX_TIMESTAMP || latest >> 48 != 0 {
+            return None;
+        }
+        Some((latest, r.varint().ok()?))
+    }
+
+    /// A bucket from an encoding of `version` (1 or 3), checked; `delays` for a kind whose
+    /// buckets delay (a bucket that does not never carries a delay).
+    pub fn decode(version: u8, r: &mut Reader, delays: bool) -> Result<Gcra, Malformed> {
+        if version != 1 && version != 3 {
+            return Err(Malformed("no such version for this kind"));
+        }
+        let (latest, debt) = (r.varint()?, r.varint()?);
+        let (limit, window_ms, burst) = (r.varint()?, r.varint()?, r.varint()?);
+        let max_delay_ms = match (delays, version) {
+            // Version 3: no delay for a bucket that does not delay; 0 for a delaying one's
+            // default (its window), the delay plus one otherwise.
+            (false, 3) => 0,
+            (true, 3) => match r.varint()? {
+                0 => window_ms,
+                d if d - 1 == window_ms => {
+                    return Err(Malformed("the default delay is written 0"))
+                }
+                d => d - 1,
+            },
+            _ => r.varint()?,
+        };
+        let p = Params {
+            limit,
+            window_ms,
+            burst,
+            max_delay_ms,
+        };
+        if !delays && p.max_delay_ms != 0 {
+            return Err(Malformed("a token bucket has no delay"));
+        }
+        Gcra::from_parts(p, latest, debt).map_err(|e| Malformed(e.0))
+    }
+}
+
+/// Makes a bucket kind of a newtype `$kind(Gcra)` made by command `$command`, with encoding
+/// code `$code`: its `Limit`
+/// (the bucket's), its `Kind` (`$delays` for a kind whose buckets delay, see
+/// [`encoding`]) and its compact form. The kind's file adds its grammar (`Rate`).
+macro_rules! bucket_kind {
+    ($kind:ident, $command:expr, $code:expr, $delays:expr) => {
+        impl $crate::core::limit::Limit for $kind {
+            type Params = $crate::core::gcra::Params;
+
+            #[inline(always)]
+            fn evaluate(
+                &self,
+                now: $crate::core::Millis,
+                p: &Self::Params,
+                cost: u64,
+            ) -> $crate::core::Decision {
+                self.0.evaluate(now, p, cost)
+            }
+
+            #[inline(always)]
+            fn record(&mut self, now: $crate::core::Millis, p: &Self::Params, cost: u64) -> bool {
+                self.0.record(now, p, cost)
+            }
+
+            fn can_record(&self, now: $crate::core::Millis, p: &Self::Params, cost: u64) -> bool {
+                self.0.can_record(now, p, cost)
+            }
+
+            #[inline(always)]
+            fn empty_at(&self) -> Option<$crate::core::Millis> {
+                $crate::core::limit::Limit::empty_at(&self.0)
+            }
+
+            #[inline(always)]
+            fn latest(&self) -> $crate::core::Millis {
+                $crate::core::limit::Limit::latest(&self.0)
+            }
+        }
+
+        impl $crate::core::kind::Kind for $kind {
+            const COMMAND: &'static str = $command;
+            const CODE: u8 = $code;
+            const VERSION: u8 = 3;
+            const FORM: $crate::core::kind::Form = $crate::core::kind::Form::Compact;
+
+            #[inline(always)]
+            fn latest(&self) -> $crate::core::Millis {
+                $crate::core::limit::Limit::latest(&self.0)
+            }
+
+            #[inline(always)]
+            fn empty_at(&self) -> Option<$crate::core::Millis> {
+                $crate::core::limit::Limit::empty_at(&self.0)
+            }
+
+            fn peek(&self, now: $crate::core::Millis) -> $crate::core::Decision {
+                self.0.peek(now)
+            }
+
+            fn peek_cost(&self, now: $crate::core::Millis, cost: u64) -> $crate::core::Decision {
+                $crate::core::limit::Limit::evaluate(&self.0, now, &self.0.params(), cost)
+            }
+
+            fn refund(
+                &mut self,
+                now: $crate::core::Millis,
+                units: u64,
+            ) -> Result<$crate::core::Decision, $crate::core::error::Error> {
+                Ok(self.0.refund(now, units))
+            }
+
+            fn charge(
+                &mut self,
+                now: $crate::core::Millis,
+                units: u64,
+            ) -> Result<Option<$crate::core::Decision>, $crate::core::error::Error> {
+                let p = self.0.params();
+                Ok($crate::core::limit::Limit::charge(&mut self.0, now, &p, units))
+            }
+
+            fn can_charge(
+                &self,
+                now: $crate::core::Millis,
+                units: u64,
+            ) -> Result<bool, $crate::core::error::Error> {
+                let p = self.0.params();
+                Ok(units == 0 || $crate::core::limit::Limit::can_record(&self.0, now, &p, units))
+            }
+
+            fn encode<S: $crate::core::codec::Sink>(&self, out: &mut S) {
+                $crate::core::gcra::encoding::encode_state($crate::core::limit::Limit::latest(&self.0), self.0.debt(), out);
+                $crate::core::gcra::encoding::encode_params(&self.0.params(), $delays, out);
+            }
+
+            fn decode(
+                version: u8,
+                r: &mut $crate::core::codec::Reader,
+            ) -> Result<Self, $crate::core::codec::Malformed> {
+                $crate::core::gcra::encoding::decode(version, r, $delays).map($kind)
+            }
+
+            fn heap_size(&self) -> usize {
+                0
+            }
+        }
+
+        impl $crate::core::kind::Compact for $kind {
+            #[inline(always)]
+            fn pack(
+                &self,
+            ) -> Option<($crate::core::kind::Params2, $crate::core::Millis, u64)> {
+                $crate::core::gcra::encoding::pack(&self.0)
+            }
+
+            #[inline(always)]
+            fn unpack(params: $crate::core::kind::Params2, latest: $crate::core::Millis, tail: u64) -> Self {
+                let p = $crate::core::gcra::encoding::params_of(params);
+                $kind($crate::core::gcra::Gcra::with_state(&p, latest, tail))
+            }
+
+            fn encode_state<S: $crate::core::codec::Sink>(
+                latest: $crate::core::Millis,
+                tail: u64,
+                out: &mut S,
+            ) {
+                $crate::core::gcra::encoding::encode_state(latest, tail, out);
+            }
+
+            fn encode_params<S: $crate::core::codec::Sink>(
+                params: $crate::core::kind::Params2,
+                out: &mut S,
+            ) {
+                let p = $crate::core::gcra::encoding::params_of(params);
+                $crate::core::gcra::encoding::encode_params(&p, $delays, out);
+            }
+
+            fn decode_state(
+                r: &mut $crate::core::codec::Reader,
+            ) -> Option<($crate::core::Millis, u64)> {
+                $crate::core::gcra::encoding::decode_state(r)
+            }
+        }
+    };
+}
+pub(crate) use bucket_kind;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const T0: Millis = 1_700_000_000_000;
+
+    fn token(limit: u64, window_ms: u64, burst: u64) -> Params {
+        Params {
+            limit,
+            window_ms,
+            burst,
+            max_delay_ms: 0,
+        }
+    }
+
+    fn leaky(limit: u64, window_ms: u64, burst: u64, max_delay_ms: u64) -> Params {
+        Params {
+            limit,
+            window_ms,
+            burst,
+            max_delay_ms,
+        }
+    }
+
+    /// The obviously-correct model: a balance of units, scaled by `window_ms` so that it
+    /// refills by exactly `limit` each millisecond, capped at the burst. A booking takes its
+    /// units from the balance, which may go negative (for a scheduler); the delay is how
+    /// long the balance needs to climb back to zero. Waits are found by trying each
+    /// millisecond in turn.
+    #[derive(Clone)]
+    struct Naive {
+        balance: i128,
+        at: Millis,
+    }
+
+    impl Naive {
+        fn new(p: &Params) -> Naive {
+            Naive {
+                balance: i128::from(p.burst * p.window_ms),
+                at: 0,
+            }
+        }
+
+        fn advance(&mut self, now: Millis, p: &Params) {
+            let now = now.max(self.at);
+            let cap = i128::from(p.burst * p.window_ms);
+            self.balance =
+                (self.balance + i128::from(now - self.at) * i128::from(p.limit)).min(cap);
+            self.at = now;
+        }
+
+        /// The delay (ms) a booking of `cost` would get at the current time.
+        fn delay(&self, p: &Params, cost: u64) -> i128 {
+            let short = i128::from(cost * p.window_ms) - self.balance;
+            if short <= 0 {
+                0
+            } else {
+                (short + i128::from(p.limit) - 1) / i128::from(p.limit)
+            }
+        }
+
+        /// Only a call that books units moves the model's clock: one that changes nothing
+        /// leaves no trace, as in the real limiter.
+        fn acquire(&mut self, now: Millis, p: &Params, cost: u64) -> (bool, u64, Wait) {
+            let mut this = self.clone();
+            this.advance(now, p);
+            let delay = this.delay(p, cost);
+            let fits = |n: &Naive| n.delay(p, cost) <= i128::from(p.max_delay_ms);
+            if fits(&this) {
+                this.balance -= i128::from(cost * p.window_ms);
+                let wait = if delay == 0 || cost == 0 {
+                    Wait::None
+                } else {
+                    Wait::Ms(delay as u64)
+                };
+                let remaining = this.remaining(p);
+                if cost > 0 {
+                    *self = this;
+                }
+                return (true, remaining, wait);
+            }
+            // Can it ever fit? Only if a full bucket would take it.
+            let mut full = this.clone();
+            full.balance = i128::from(p.burst * p.window_ms);
+            if !fits(&full) {
+                return (false, this.remaining(p), Wait::Never);
+            }
+            let mut probe = this.clone();
+            let mut ms = 0;
+            while !fits(&probe) {
+                ms += 1;
+                probe.advance(this.at + ms, p);
+            }
+            (false, this.remaining(p), Wait::Ms(ms))
+        }
+
+        /// How many more single-unit bookings fit right now, one after another.
+        fn remaining(&self, p: &Params) -> u64 {
+            let mut probe = self.clone();
+            let mut n = 0;
+            while probe.delay(p, 1) <= i128::from(p.max_delay_ms) {
+                probe.balance -= i128::from(p.window_ms);
+                n += 1;
+            }
+            n
+        }
+    }
+
+    fn run_table(p: &Params, rows: &[crate::core::limit::table::Row]) {
+        crate::core::limit::table::run(Gcra::new(p), p, T0, rows);
+    }
+
+    #[test]
+    fn readme_leaky_four_per_second() {
+        // Four bookings at one instant leave 250 ms apart (MAXDELAY defaults to the window).
+        let p = leaky(4, 1000, 1, 1000);
+        run_table(
+            &p,
+            &[
+                (0, 1, [1, 5, 4, 0, 250]),
+                (0, 1, [1, 5, 3, 250, 500]),
+                (0, 1, [1, 5, 2, 500, 750]),
+                (0, 1, [1, 5, 1, 750, 1000]),
+            ],
+        );
+        // A fifth that may wait at most 500 ms would wait 1000: refused, retry in 500 ms.
+        let mut g = Gcra::new(&p);
+        for _ in 0..4 {
+            g.acquire(T0, &p, 1);
+        }
+        let short = leaky(4, 1000, 1, 500);
+        assert_eq!(g.acquire(T0, &short, 1).as_reply(), [0, 3, 0, 500, 1000]);
+        assert_eq!(
+            g.acquire(T0 + 500, &short, 1).as_reply(),
+            [1, 3, 0, 500, 750]
+        );
+    }
+
+    #[test]
+    fn readme_token_120_per_minute() {
+        // 120 per 60 s is 2 per second after the burst: one token every 500 ms.
+        let p = token(120, 60_000, 120);
+        let mut g = Gcra::new(&p);
+        for _ in 0..120 {
+            assert!(g.acquire(T0, &p, 1).allowed);
+        }
+        assert_eq!(g.acquire(T0, &p, 1).as_reply(), [0, 120, 0, 500, 60_000]);
+        assert_eq!(
+            g.acquire(T0 + 499, &p, 1).as_reply(),
+            [0, 120, 0, 1, 59_501]
+        );
+        assert_eq!(
+            g.acquire(T0 + 500, &p, 1).as_reply(),
+            [1, 120, 0, 0, 60_000]
+        );
+        assert_eq!(
+            g.acquire(T0 + 2000, &p, 1).as_reply(),
+            [1, 120, 2, 0, 59_000]
+        );
+    }
+
+    #[test]
+    fn rate_extremes_are_exact() {
+        // One per day.
+        let day = token(1, 86_400_000, 1);
+        run_table(
+            &day,
+            &[
+                (0, 1, [1, 1, 0, 0, 86_400_000]),
+                (1, 1, [0, 1, 0, 86_399_999, 86_399_999]),
+                (86_400_000, 1, [1, 1, 0, 0, 86_400_000]),
+            ],
+        );
+        // A million per second: a thousand per millisecond, exactly.
+        let fast = token(1_000_000, 1000, 1000);
+        let mut g = Gcra::new(&fast);
+        assert!(g.acquire(T0, &fast, 1000).allowed);
+        assert_eq!(g.acquire(T0, &fast, 1).as_reply(), [0, 1000, 0, 1, 1]);
+        assert_eq!(
+            g.acquire(T0 + 1, &fast, 1000).as_reply(),
+            [1, 1000, 0, 0, 1]
+        );
+        // Three per second, polled every millisecond once the burst is used: thirds of a
+        // millisecond are kept, not rounded away.
+        let third = token(3, 1000, 3);
+        let mut g = Gcra::new(&third);
+        assert!(g.acquire(T0, &third, 3).allowed);
+        let allowed_at: Vec<u64> = (1..=2000)
+            .filter(|ms| g.acquire(T0 + ms, &third, 1).allowed)
+            .collect();
+        assert_eq!(allowed_at, vec![334, 667, 1000, 1334, 1667, 2000]);
+    }
+
+    #[test]
+    fn cost_beyond_what_can_ever_fit() {
+        run_table(&token(10, 1000, 5), &[(0, 6, [0, 5, 5, -1, 0])]);
+        // A scheduler can take more than its burst when MAXDELAY leaves room for it.
+        run_table(
+            &leaky(10, 1000, 1, 500),
+            &[(0, 6, [1, 6, 0, 500, 600]), (0, 7, [0, 6, 0, -1, 600])],
+        );
+    }
+
+    #[test]
+    fn refund_gives_back_the_latest_bookings() {
+        let p = leaky(4, 1000, 1, 1000);
+        let mut g = Gcra::new(&p);
+        for _ in 0..4 {
+            g.acquire(T0, &p, 1);
+        }
+        assert_eq!(g.refund(T0, 2).as_reply(), [1, 5, 3, 0, 500]);
+        assert_eq!(g.acquire(T0, &p, 1).as_reply(), [1, 5, 2, 500, 750]);
+        assert_eq!(g.refund(T0 + 100, 100).as_reply(), [1, 5, 5, 0, 0]);
+        assert_eq!(g.empty_at(), None);
+    }
+
+    #[test]
+    fn time_never_runs_backwards() {
+        let p = token(2, 1000, 2);
+        let mut g = Gcra::new(&p);
+        g.acquire(T0 + 500, &p, 2);
+        assert_eq!(g.acquire(T0, &p, 1).as_reply(), [0, 2, 0, 500, 1000]);
+        assert_eq!(g.latest(), T0 + 500);
+    }
+
+    #[test]
+    fn raising_the_rate_keeps_the_units_owed() {
+        // 100 per minute, all used: 100 units owed. At 1000 per minute those 100 units take
+        // 6 s to repay, so 900 of the new burst are free at once.
+        let slow = token(100, 60_000, 100);
+        let fast = token(1000, 60_000, 1000);
+        let mut g = Gcra::new(&slow);
+        g.acquire(T0, &slow, 100);
+        assert_eq!(g.acquire(T0, &fast, 1).as_reply(), [1, 1000, 899, 0, 6060]);
+        // Same rate in other words (200 per 2 minutes): nothing changes.
+        let mut h = Gcra::new(&slow);
+        h.acquire(T0, &slow, 10);
+        let same = token(200, 120_000, 100);
+        assert_eq!(
+            h.peek(T0).reset_after_ms,
+            h.evaluate(T0, &same, 0).reset_after_ms
+        );
+    }
+
+    /// The scenario: three calls fill 3 per 10 s; a call with 5 per 1 s takes the
+    /// units owed along, re-timed at its rate, so the 10 s bucket still finds them.
+    #[test]
+    fn a_new_window_keeps_the_units_owed() {
+        let (long, short) = (token(3, 10_000, 3), token(5, 1000, 5));
+        let mut g = Gcra::new(&long);
+        for t in [0, 100, 200] {
+            assert!(g.acquire(T0 + t, &long, 1).allowed);
+        }
+        // 2.625 units owed at +1250, repaid at 5 per second: 1.375 of 5 free.
+        assert_eq!(
+            g.acquire(T0 + 1250, &short, 1).as_reply(),
+            [1, 5, 1, 0, 725]
+        );
+        // 3.375 units owed at +1300, repaid at one per 3.33 s again: 1.375 must go first.
+        assert_eq!(
+            g.acquire(T0 + 1300, &long, 1).as_reply(),
+            [0, 3, 0, 4584, 11_250]
+        );
+        assert!(!g.acquire(T0 + 1500, &long, 1).allowed);
+        // At one instant, back and forth: nothing owed is ever dropped.
+        let mut h = Gcra::new(&long);
+        h.acquire(T0, &long, 3);
+        assert_eq!(h.acquire(T0, &short, 1).as_reply()[..3], [1, 5, 1]);
+        assert_eq!(h.acquire(T0, &long, 1).as_reply()[..4], [0, 3, 0, 6667]);
+    }
+
+    #[test]
+    fn from_parts_checks_ranges() {
+        let p = token(10, 1000, 10);
+        assert!(Gcra::from_parts(p, T0, 5).is_ok());
+        assert!(Gcra::from_parts(token(0, 1000, 1), T0, 0).is_err());
+        assert!(Gcra::from_parts(token(1, 1000, MAX_RATE_LIMIT + 1), T0, 0).is_err());
+        assert!(Gcra::from_parts(leaky(1, 1000, 1, MAX_WINDOW_MS + 1), T0, 0).is_err());
+        assert!(Gcra::from_parts(p, MAX_TIMESTAMP + 1, 0).is_err());
+    }
+
+    #[test]
+    fn the_state_is_small() {
+        assert_eq!(std::mem::size_of::<Gcra>(), 32);
+    }
+
+    fn arb_params() -> impl Strategy<Value = Params> {
+        (
+            1u64..20,
+            1u64..3000,
+            1u64..6,
+            prop::sample::select(vec![0u64, 0, 100, 1000]),
+        )
+            .prop_map(|(limit, window_ms, burst, max_delay_ms)| Params {
+                limit,
+                window_ms,
+                burst,
+                max_delay_ms,
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn matches_the_naive_model(
+            p in arb_params(),
+            steps in prop::collection::vec((0u64..400, 0u64..4, prop::bool::weighted(0.1)), 1..120),
+        ) {
+            let mut g = Gcra::new(&p);
+            let mut naive = Naive::new(&p);
+            let mut now = T0;
+            for (gap, cost, back) in steps {
+                let at = if back { now.saturating_sub(gap) } else { now + gap };
+                now = now.max(at);
+                let d = g.acquire(at, &p, cost);
+                let (allowed, remaining, wait) = naive.acquire(at, &p, cost);
+                prop_assert_eq!(d.allowed, allowed);
+                prop_assert_eq!(d.remaining, remaining);
+                prop_assert_eq!(d.retry_after, wait);
+            }
+        }
+
+        /// Whatever the parameters, a recorded call carries every unit owed: the debt, in
+        /// units (ticks / window), is what was owed less what the elapsed time repaid at the
+        /// stored rate, plus the cost, rounded up by less than one tick of the new rate.
+        #[test]
+        fn changes_carry_every_unit_owed(
+            params in prop::collection::vec(arb_params(), 1..12),
+            steps in prop::collection::vec((0u64..300, 0u64..4), 1..12),
+        ) {
+            let mut g = Gcra::new(&params[0]);
+            let mut now = T0;
+            for (i, (gap, cost)) in steps.into_iter().enumerate() {
+                let p = params[i % params.len()];
+                let old = g.params();
+                let before = u128::from(g.debt());
+                now += gap;
+                let repaid = u128::from(gap) * u128::from(old.limit);
+                prop_assert!(g.record(now, &p, cost));
+                // In units of 1 / (old window x new window) ticks: owed x old window x new window.
+                let (w_old, w_new) = (u128::from(old.window_ms), u128::from(p.window_ms));
+                let owed = before.saturating_sub(repaid) * w_new + u128::from(cost) * w_new * w_old;
+                let got = u128::from(g.debt()) * w_old;
+                prop_assert!(got >= owed, "{} < {}", got, owed);
+                prop_assert!(got < owed + w_old, "{} >= {} + {}", got, owed, w_old);
+            }
+        }
+
+        #[test]
+        fn refused_calls_change_nothing(p in arb_params(), costs in prop::collection::vec(1u64..8, 1..40)) {
+            let mut g = Gcra::new(&p);
+            for c in costs {
+                let before = g.clone();
+                if !g.acquire(T0, &p, c).allowed {
+                    prop_assert_eq!(&g, &before);
+                }
+            }
+        }
+    }
+}

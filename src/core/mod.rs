@@ -1,0 +1,140 @@
+//! The shared core: what every kind and every layer uses, and nothing that knows Redis.
+//!
+//! - time (integer milliseconds, handed to every algorithm: none reads a clock) and the
+//!   [`Decision`] every limiter answers with;
+//! - [`kind`]: what a kind of limiter is (its state, commands, encoding, storage form) and
+//!   [`limit`], what a rate limiter's algorithm offers;
+//! - [`args`] (the grammar's primitives), [`effect`] (what replicas and the AOF receive),
+//!   [`codec`] (the persisted encoding's varints), [`error`] (every error reply), [`meta`]
+//!   (`COMMAND INFO` metadata);
+//! - the building blocks kinds share: [`gcra`] (the bucket behind `RL.TOKEN`, `RL.LEAKY`
+//!   and `CL.THROTTLE`), [`chunks`] (a log in bounded chunks), [`retention`] (windows used
+//!   before).
+
+pub mod args;
+pub mod chunks;
+pub mod codec;
+pub mod effect;
+pub mod error;
+pub mod gcra;
+pub mod kind;
+pub mod limit;
+pub mod meta;
+pub mod retention;
+
+/// Milliseconds since the Unix epoch. Every algorithm is handed one; none reads a clock.
+pub type Millis = u64;
+
+/// The largest timestamp accepted anywhere (year 9999), so that `now + window` never overflows.
+pub const MAX_TIMESTAMP: Millis = 253_402_300_799_999;
+
+/// How long a refused request has to wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Allowed (or would be) right now.
+    None,
+    /// Allowed after this many milliseconds if nothing else arrives.
+    Ms(u64),
+    /// Can never be allowed with the current parameters (the cost exceeds a limit).
+    Never,
+}
+
+impl Wait {
+    /// The reply encoding: 0, the wait, or -1 for never.
+    pub fn as_reply(self) -> i64 {
+        match self {
+            Wait::None => 0,
+            Wait::Ms(ms) => i64::try_from(ms).unwrap_or(i64::MAX),
+            Wait::Never => -1,
+        }
+    }
+}
+
+/// The outcome of one call, in the shape every `RL.*` command replies with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// The request was allowed and (when its cost is above 0) recorded.
+    pub allowed: bool,
+    /// The limit of the window that decided: the one needing the longest wait when refused,
+    /// the one with the least remaining when allowed.
+    pub limit: u64,
+    /// Units still available right now, after this call.
+    pub remaining: u64,
+    /// Refused: how long until the same request would be allowed. Allowed: how long the
+    /// caller must wait before acting (only a scheduler, `RL.LEAKY`, makes callers wait).
+    pub retry_after: Wait,
+    /// Time until the limiter is back to empty if nothing else arrives.
+    pub reset_after_ms: u64,
+}
+
+impl Decision {
+    /// The decision as seen by a caller whose time is `behind` ms before the limiter's
+    /// latest time (a lagging `NOW`, or a server clock that stepped back): the limiter
+    /// decided at its own latest time, so every wait and the reset are measured from the
+    /// caller's time instead. A caller that waits that long is not refused again for the
+    /// same reason.
+    pub fn seen_from_behind(mut self, behind: u64) -> Decision {
+        if behind == 0 {
+            return self;
+        }
+        if let Wait::Ms(ms) = self.retry_after {
+            self.retry_after = Wait::Ms(ms.saturating_add(behind));
+        }
+        if self.reset_after_ms > 0 {
+            self.reset_after_ms = self.reset_after_ms.saturating_add(behind);
+        }
+        self
+    }
+
+    /// The decision with its reset measured from `now` to `empty_at`, when the limiter is
+    /// back to empty (what the key's expiry follows): a limiter that keeps records for a
+    /// window used before (a retention) is not empty when the call's own windows are.
+    pub fn resetting_at(mut self, empty_at: Option<Millis>, now: Millis) -> Decision {
+        self.reset_after_ms = empty_at.map_or(0, |at| at.saturating_sub(now));
+        self
+    }
+
+    /// `[allowed, limit, remaining, retry_after_ms, reset_after_ms]` as reply integers.
+    pub fn as_reply(&self) -> [i64; 5] {
+        let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        [
+            i64::from(self.allowed),
+            clamp(self.limit),
+            clamp(self.remaining),
+            self.retry_after.as_reply(),
+            clamp(self.reset_after_ms),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_caller_behind_the_limiter_waits_from_its_own_time() {
+        let d = Decision {
+            allowed: false,
+            limit: 3,
+            remaining: 0,
+            retry_after: Wait::Ms(700),
+            reset_after_ms: 900,
+        };
+        assert_eq!(d.seen_from_behind(0), d);
+        assert_eq!(d.seen_from_behind(100).as_reply(), [0, 3, 0, 800, 1000]);
+        let never = Decision {
+            retry_after: Wait::Never,
+            ..d
+        };
+        assert_eq!(never.seen_from_behind(100).retry_after, Wait::Never);
+        let allowed_now = Decision {
+            allowed: true,
+            retry_after: Wait::None,
+            reset_after_ms: 0,
+            ..d
+        };
+        // Nothing to wait for stays so; an empty limiter stays empty.
+        assert_eq!(allowed_now.seen_from_behind(100), allowed_now);
+    }
+}
+

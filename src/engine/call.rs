@@ -1,0 +1,238 @@
+//! A kind's command, for any kind: parse, read the clock once, open the key, run the
+//! kind's decision, store what changed, set the expiry, notify, propagate the effect, and
+//! reply. A call that may wait for its units (`BLOCK`) joins the key's waiters.
+
+use std::marker::PhantomData;
+
+use redis_module::{Context, ContextFlags};
+use smallvec::SmallVec;
+
+use super::{clock, replicate_expiry, settle};
+use crate::core::effect::{Compact, Line, MAX_WORDS};
+use crate::core::error::Error;
+use crate::core::kind::{Change, Clock, Command, Kind, Mode, Reply};
+use crate::core::meta::Info;
+use crate::core::{Millis, Wait};
+use crate::rm::api::{self, Answer, Arg, Count, Handler};
+use crate::rm::block::{self, Attempt, Pending};
+use crate::rm::key::Key;
+use crate::rm::storage::{MaybeBlock, MaybeCompact, Stored};
+
+/// What a kind's state must be for the generic layers: registered, with its storage hooks.
+pub trait Storable: Stored + MaybeCompact + MaybeBlock {}
+
+impl<K: Stored + MaybeCompact + MaybeBlock> Storable for K {}
+
+/// Command `C` as Redis calls it.
+pub struct Cmd<C>(PhantomData<C>);
+
+impl<C: Command> Handler for Cmd<C>
+where
+    C::Kind: Storable,
+{
+    const INFO: &'static Info = C::INFO;
+
+    fn counters() -> Option<&'static dyn Count> {
+        Some(&C::INFO.stats)
+    }
+
+    fn run(ctx: &Context, args: &[Arg]) -> Result<Answer, Error> {
+        let name = super::key_arg(args)?;
+        let mut words: SmallVec<[&[u8]; MAX_WORDS]> = SmallVec::new();
+        for a in args.get(2..).unwrap_or_default() {
+            words.push(a.as_bytes());
+        }
+        let call = C::parse(&words, false)?;
+        let blocking = C::block(&call).filter(|_| C::cost(&call) > 0 && can_block(ctx));
+        let Some(timeout) = blocking else {
+            let (reply, _) = run_on::<C>(ctx, name, &call, Mode::Decide)?;
+            block::kick(ctx, name);
+            return Ok(Answer::One(reply));
+        };
+        // First come, first served: behind the calls already waiting on the key, unless it
+        // goes before them (a renewal of a lease it holds).
+        let db = api::selected_db(ctx);
+        if !block::has_waiters(db, name.as_bytes()) || jumps_queue::<C>(ctx, name, &call)? {
+            let (reply, waits) = run_on::<C>(ctx, name, &call, Mode::Decide)?;
+            if !waits {
+                block::kick(ctx, name);
+                return Ok(Answer::One(reply));
+            }
+        }
+        let pending = Waiting::<C> {
+            call: C::owned(&call),
+        };
+        block::wait(ctx, db, name, Box::new(pending), timeout)?;
+        Ok(Answer::Blocked)
+    }
+}
+
+/// Whether the call may block: not in MULTI, a script, or a client that cannot (it is then
+/// answered as without BLOCK, as BLPOP is).
+fn can_block(ctx: &Context) -> bool {
+    !ctx.get_flags().intersects(
+        ContextFlags::MULTI
+            | ContextFlags::LUA
+            | ContextFlags::DENY_BLOCKING
+            | ContextFlags::REPLICATED
+            | ContextFlags::LOADING,
+    )
+}
+
+/// Whether a waiting call goes before the calls already waiting on the key.
+fn jumps_queue<C: Command>(ctx: &Context, name: Arg, call: &C::Call<'_>) -> Result<bool, Error>
+where
+    C::Kind: Storable,
+{
+    let now = clock(ctx, C::now(call), Mode::Decide)?.caller;
+    let mut key = Key::open(ctx, name, false);
+    let held = key.state::<C::Kind>()?;
+    Ok(held.is_some_and(|state| C::jumps_queue(&state, call, now)))
+}
+
+/// Runs `call` of command `C` on the key `name`, as `mode` says: the reply, and whether the
+/// call, not granted now, may wait for its units.
+pub fn run_on<C: Command>(
+    ctx: &Context,
+    name: Arg,
+    call: &C::Call<'_>,
+    mode: Mode,
+) -> Result<(Reply, bool), Error>
+where
+    C::Kind: Storable,
+{
+    let clock = clock(ctx, C::now(call), mode)?;
+    run_at::<C>(ctx, name, call, clock, mode)
+}
+
+/// [`run_on`] at `clock`.
+pub fn run_at<C: Command>(
+    ctx: &Context,
+    name: Arg,
+    call: &C::Call<'_>,
+    clock: Clock,
+    mode: Mode,
+) -> Result<(Reply, bool), Error>
+where
+    C::Kind: Storable,
+{
+    let mut key = Key::open(ctx, name, true);
+    let mut held = key.state::<C::Kind>()?;
+    let ran = C::run(held.as_deref_mut(), call, clock, mode)?;
+    let (at, empty_at, before) = match &ran.change {
+        Change::None => {
+            // Nothing changed: nothing to write back to the key.
+            if let Some(held) = held.as_mut() {
+                held.unchanged();
+            }
+            return Ok((ran.reply, ran.wait));
+        }
+        Change::Held { before } => match held.as_deref() {
+            Some(state) => (state.latest(), state.empty_at(), *before),
+            None => return Err(Error::Internal(C::INFO.name)),
+        },
+        Change::New(state) => (state.latest(), state.empty_at(), None),
+    };
+    // The key's own state goes back to it before the key changes further.
+    drop(held);
+    if let Change::New(state) = ran.change {
+        key.set(state)?;
+    }
+    let expiry = settle(&key, C::INFO.event, empty_at, clock.lag, before);
+    if mode == Mode::Decide {
+        // An effect applied (`RL.APPLY`) passes itself on.
+        propagate::<C>(ctx, name, call, &ran.reply, at);
+    }
+    replicate_expiry(ctx, name, clock.lag, expiry);
+    Ok((ran.reply, ran.wait))
+}
+
+/// Propagates the effect of a change: `RL.APPLY key effect` (see `core::effect`), in the
+/// compact form when the command has one.
+fn propagate<C: Command>(ctx: &Context, name: Arg, call: &C::Call<'_>, reply: &Reply, at: Millis) {
+    if C::EFFECT_CODE != 0 {
+        let mut compact = Compact::new(C::EFFECT_CODE);
+        C::effect(call, reply, at, &mut compact);
+        if let Some(bytes) = compact.as_bytes() {
+            return api::replicate_effect(ctx, name, bytes);
+        }
+    }
+    let mut line = Line::new(C::INFO.name);
+    C::effect(call, reply, at, &mut line);
+    match line.as_bytes() {
+        Some(bytes) => api::replicate_effect(ctx, name, bytes),
+        // Not reached: the longest effect fits.
+        None => ctx.log_warning("ratelimit: an effect could not be written; not propagated"),
+    }
+}
+
+/// Applies (or checks) an effect of command `C` on the key `name`: its words after the key,
+/// parsed as an effect's (`RL.APPLY`).
+pub fn apply<C: Command>(
+    ctx: &Context,
+    name: Arg,
+    words: &[&[u8]],
+    mode: Mode,
+) -> Result<Reply, Error>
+where
+    C::Kind: Storable,
+{
+    let call = C::parse(words, true)?;
+    let (reply, _) = run_on::<C>(ctx, name, &call, mode)?;
+    if mode == Mode::Apply {
+        block::kick(ctx, name);
+    }
+    Ok(reply)
+}
+
+/// A call of command `C` waiting for its units (`BLOCK`, see `rm::block`).
+struct Waiting<C: Command> {
+    call: C::Call<'static>,
+}
+
+impl<C: Command> Pending for Waiting<C>
+where
+    C::Kind: Storable,
+{
+    /// Runs the call again at the server's time, as a client's own call: served when it
+    /// gets its units, else tried again when it said they will be free.
+    fn attempt(&self, ctx: &Context, name: Arg) -> Attempt {
+        let clock = Clock {
+            caller: server_now(),
+            lag: 0,
+            decided: false,
+        };
+        match run_at::<C>(ctx, name, &self.call, clock, Mode::Decide) {
+            Ok((reply, true)) => match retry_after(&reply) {
+                Some(Wait::Ms(ms)) => Attempt::Later(ms),
+                // Never (not reached: the cost was within the limit when it waited).
+                _ => Attempt::Done(Ok(reply)),
+            },
+            Ok((reply, false)) => Attempt::Done(Ok(reply)),
+            Err(e) => Attempt::Done(Err(e)),
+        }
+    }
+
+    fn refusal(&self, ctx: &Context, name: Arg) -> Result<Reply, Error> {
+        let now = server_now();
+        let mut key = Key::open(ctx, name, false);
+        let held = key.state::<C::Kind>()?;
+        Ok(C::refusal(held.as_deref(), &self.call, now))
+    }
+
+    fn counters(&self) -> &'static dyn Count {
+        &C::INFO.stats
+    }
+}
+
+/// The wait a reply tells, if it is a decision.
+fn retry_after(reply: &Reply) -> Option<Wait> {
+    match reply {
+        Reply::Decision(d) | Reply::Lease(d, _) => Some(d.retry_after),
+        _ => None,
+    }
+}
+
+fn server_now() -> Millis {
+    u64::try_from(crate::rm::key::now_ms()).unwrap_or(0)
+}

@@ -1,0 +1,179 @@
+//! `RL.TOKEN key limit window_ms [BURST b] [COST n] [NOW ms]`: a token bucket. `limit`
+//! tokens flow in per `window_ms`, evenly, and the bucket holds at most `BURST` (default:
+//! the limit); a call takes `COST` tokens (default 1) if they are there. The algorithm is
+//! the generic cell rate algorithm of `core::gcra`, without delay.
+//!
+//! Encoding (kind 2): version 3, `latest debt limit window_ms burst`; version 1 adds
+//! `max_delay_ms`, always 0. The key keeps it compact: 16 bytes, the parameters interned.
+
+use crate::core::args::{self, positional, Opt, COST, NOW};
+#[cfg(test)]
+use crate::core::codec::Reader;
+use crate::core::effect::Out;
+use crate::core::error::Error;
+use crate::core::gcra::{Gcra, Params, MAX_RATE_LIMIT, MAX_WINDOW_MS};
+use crate::core::kind::{Rate, RateCall};
+use crate::core::meta::{self, Info, Keys, Stats};
+
+/// A token bucket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Token(pub Gcra);
+
+const BURST: Opt = Opt::int("BURST", 1, MAX_RATE_LIMIT);
+const OPTIONS: [Opt; 3] = [BURST, COST, NOW];
+
+/// A token bucket's `BURST` when none is given: its limit.
+fn burst_default(limit: u64) -> u64 {
+    limit
+}
+
+crate::core::gcra::bucket_kind!(Token, "RL.TOKEN", 2, false);
+
+static TOKEN_INFO: Info = Info {
+    name: "RL.TOKEN",
+    event: c"rl.token",
+    summary: "Token bucket (GCRA): limit tokens per window_ms, evenly, holding at most BURST; takes COST tokens if they are there",
+    complexity: "O(1)",
+    arity: -4,
+    keys: Keys::First,
+    flags: "write deny-oom fast",
+    categories: "write fast",
+    own_category: true,
+    args: &[
+        meta::KEY,
+        meta::LIMIT,
+        meta::WINDOW_MS,
+        meta::option("BURST", "burst"),
+        meta::COST,
+        meta::NOW,
+    ],
+    stats: Stats::new(),
+};
+
+impl Rate for Token {
+    const INFO: &'static Info = &TOKEN_INFO;
+    const EFFECT_CODE: u8 = 2;
+    const SPEC: Option<(&'static str, args::Grammar)> = Some((
+        "TOKEN",
+        args::Grammar {
+            positional: args::Positional::Numbers(2),
+            options: &[BURST, COST],
+        },
+    ));
+    type Args = Params;
+
+    fn params(args: &Params) -> &Params {
+        args
+    }
+
+    fn parse(words: &[&[u8]]) -> Result<RateCall<Params>, Error> {
+        let limit = positional(words, 0, "limit", 1, MAX_RATE_LIMIT)?;
+        let window_ms = positional(words, 1, "window_ms", 1, MAX_WINDOW_MS)?;
+        let given = args::options(words.get(2..).unwrap_or_default(), &OPTIONS)?;
+        let (cost, now) = args::cost_and_now(&given, 1, 2);
+        Ok(RateCall {
+            params: Params {
+                limit,
+                window_ms,
+                burst: given[0].map_or(burst_default(limit), args::Value::int),
+                max_delay_ms: 0,
+            },
+            cost,
+            now,
+        })
+    }
+
+    fn fresh(p: &Params) -> Token {
+        Token(Gcra::new(p))
+    }
+
+    fn write_params<O: Out>(p: &Params, out: &mut O) {
+        out.number(p.limit).number(p.window_ms);
+        if p.burst != burst_default(p.limit) {
+            out.option("BURST", p.burst);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::args::words;
+    use crate::core::kind::{Compact, Kind};
+    use crate::core::limit::Limit;
+
+    /// Version 1, committed: latest 1000, a debt of 4500 ticks.
+    const V1: &[u8] = &[232, 7, 148, 35, 10, 232, 7, 5, 0];
+
+    #[test]
+    fn parses_its_defaults_and_options() {
+        let t = Token::parse(&words("120 60000")).unwrap();
+        let p = Params {
+            limit: 120,
+            window_ms: 60000,
+            burst: 120,
+            max_delay_ms: 0,
+        };
+        assert_eq!((t.params, t.cost, t.now), (p, 1, None));
+        let t = Token::parse(&words("4 1000 burst 2 COST 3 NOW 9")).unwrap();
+        assert_eq!((t.params.burst, t.cost, t.now), (2, 3, Some(9)));
+        for (line, want) in [
+            ("4 1000 MAXDELAY 5", Error::UnknownOption("MAXDELAY".into())),
+            ("4 1000 ALIGN", Error::UnknownOption("ALIGN".into())),
+            (
+                "2147483648 1000",
+                Error::Range {
+                    arg: "limit",
+                    min: 1,
+                    max: MAX_RATE_LIMIT,
+                },
+            ),
+            ("1", Error::Arity),
+        ] {
+            assert_eq!(Token::parse(&words(line)), Err(want), "{line}");
+        }
+    }
+
+    #[test]
+    fn reads_the_committed_version_1_encoding() {
+        let t = Token::decode(1, &mut Reader::new(V1)).unwrap();
+        let p = Params {
+            limit: 10,
+            window_ms: 1000,
+            burst: 5,
+            max_delay_ms: 0,
+        };
+        assert_eq!((t.0.params(), t.0.latest(), t.0.debt()), (p, 1000, 4500));
+        let mut out = Vec::new();
+        t.encode(&mut out);
+        assert_eq!(out, [232, 7, 148, 35, 10, 232, 7, 5]);
+        // A token bucket never carries a delay.
+        let mut bad = V1.to_vec();
+        *bad.last_mut().unwrap() = 1;
+        assert!(Token::decode(1, &mut Reader::new(&bad)).is_err());
+        assert!(Token::decode(2, &mut Reader::new(V1)).is_err());
+    }
+
+    #[test]
+    fn its_compact_form_encodes_alike() {
+        let p = Params {
+            limit: 10,
+            window_ms: 1000,
+            burst: 5,
+            max_delay_ms: 0,
+        };
+        let mut t = Token::fresh(&p);
+        t.acquire(1_700_000_000_000, &p, 3);
+        let (set, latest, debt) = t.pack().unwrap();
+        assert_eq!(Token::unpack(set, latest, debt), t);
+        let (mut whole, mut parts) = (Vec::new(), Vec::new());
+        t.encode(&mut whole);
+        Token::encode_state(latest, debt, &mut parts);
+        Token::encode_params(set, &mut parts);
+        assert_eq!(whole, parts);
+        assert_eq!(
+            Token::decode_state(&mut Reader::new(&whole)),
+            Some((latest, debt))
+        );
+    }
+}

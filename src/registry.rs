@@ -1,0 +1,122 @@
+//! The registry's mechanism: from a list of kinds, one line each (in `lib.rs`), it makes
+//! everything the generic layers need to serve them, so that nothing else names a kind.
+//!
+//! A line is `module::State, form, commands;`:
+//! - `module` is the kind's unit under `src/kinds/` (the line declares it), `State` the
+//!   state its keys hold (its `core::kind::Kind`);
+//! - `form` is how a key keeps it (`boxed`, `compact` or `block`, its `Kind::FORM`,
+//!   checked at compile time), which chooses its storage hooks (`rm::storage`);
+//! - `commands` is `rate` for a rate limiter (its one command is made from its `Rate`), or
+//!   the list of its commands' types in its module (`[Acquire, Release, Extend]`).
+//!
+//! A kind's index in the registry is its place in the list: it is kept in compact values'
+//! parameter sets (in memory only, never on disk: the encoding names a kind by its
+//! `Kind::CODE`). Kinds that keep a box take the storage's own pointer tags as
+//! `rm::storage::places` gives them (by form and size, then the list's order).
+//!
+//! The list makes, at the crate's root:
+//! - `pub mod kinds { pub mod module; ... }`;
+//! - for each kind, its `rm::storage::Stored` (index, place) and storage hooks;
+//! - `install()`: the kinds' storage operations and the engine's catalog (each kind's
+//!   generic operations and every command), installed at load before anything runs;
+//! - `register(ctx, own)`: every command registered, the kinds' and the generic ones.
+
+/// The one mechanism behind the list of kinds (see the module's docs).
+macro_rules! kinds {
+    ($($module:ident :: $state:ident, $form:ident, $commands:tt;)+) => {
+        /// Every kind of limiter: one unit each, which knows no Redis API.
+        pub mod kinds {
+            $(pub mod $module;)+
+        }
+
+        /// The kinds in the registry's order, each as its place, storage and commands.
+        mod registered {
+            use super::kinds;
+            use $crate::core::kind::{Form, Kind};
+            use $crate::engine::{rate::RateCommand, Catalog, CommandEntry, KindEntry};
+            use $crate::rm::storage::{self, Ops, Place, Stored};
+
+            const CODES: &[u8] = &[$(<kinds::$module::$state as Kind>::CODE),+];
+            const N: usize = CODES.len();
+            const FORMS: [(Form, usize); N] = [$((
+                <kinds::$module::$state as Kind>::FORM,
+                std::mem::size_of::<kinds::$module::$state>(),
+            )),+];
+            const PLACES: [Place; N] = storage::places(FORMS);
+
+            /// A kind's index: its place in the list (its code is unique: checked below).
+            const fn index_of(code: u8) -> u8 {
+                let mut i = 0;
+                while i < N {
+                    if CODES[i] == code {
+                        return i as u8;
+                    }
+                    i += 1;
+                }
+                panic!("a kind that is not in the list")
+            }
+
+            const _: () = {
+                let mut i = 0;
+                while i < N {
+                    assert!(index_of(CODES[i]) as usize == i, "two kinds share a code");
+                    i += 1;
+                }
+            };
+
+            $(
+                impl Stored for kinds::$module::$state {
+                    const INDEX: u8 = index_of(<Self as Kind>::CODE);
+                    const PLACE: Place = PLACES[Self::INDEX as usize];
+                }
+                $crate::registry::hooks!($form, kinds::$module::$state);
+            )+
+
+            static OPS: [Ops; N] = [$(storage::ops::<kinds::$module::$state>()),+];
+            static KINDS: [KindEntry; N] = [$(KindEntry::of::<kinds::$module::$state>()),+];
+            static COMMANDS: [&[CommandEntry]; N] = [$(
+                $crate::registry::commands!($module, $state, $commands)
+            ),+];
+            static CATALOG: Catalog = Catalog {
+                kinds: &KINDS,
+                commands: &COMMANDS,
+            };
+
+            /// Installs the kinds: their storage operations, and the engine's catalog.
+            pub fn install() {
+                storage::install(&OPS, storage::tag_kinds(PLACES));
+                $crate::engine::install(&CATALOG);
+            }
+        }
+
+        pub use registered::install;
+    };
+}
+
+/// A kind's storage hooks, from its form (checked against its `Kind::FORM`).
+macro_rules! hooks {
+    (boxed, $state:ty) => {
+        const _: () = assert!(matches!(<$state as Kind>::FORM, Form::Boxed));
+        $crate::boxed_hooks!($state);
+    };
+    (compact, $state:ty) => {
+        const _: () = assert!(matches!(<$state as Kind>::FORM, Form::Compact));
+        $crate::compact_hooks!($state);
+    };
+    (block, $state:ty) => {
+        const _: () = assert!(matches!(<$state as Kind>::FORM, Form::Block));
+        $crate::block_hooks!($state);
+    };
+}
+
+/// A kind's command entries: its rate command, or its list of commands.
+macro_rules! commands {
+    ($module:ident, $state:ident, rate) => {
+        &[CommandEntry::of::<RateCommand<kinds::$module::$state>>()]
+    };
+    ($module:ident, $state:ident, [$($command:ident),+]) => {
+        &[$(CommandEntry::of::<kinds::$module::$command>()),+]
+    };
+}
+
+pub(crate) use {commands, hooks, kinds};

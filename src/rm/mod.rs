@@ -1,0 +1,22 @@
+//! The Redis layer: every call into the module API, and every `unsafe` of the crate, each
+//! with its `// SAFETY:` argument. It knows no kind of limiter: the generic layers hand it
+//! what it needs (a command's metadata and entry point, a kind's storage hooks).
+//!
+//! - [`api`]: registering commands and their C entry points, replies, replication, ACL;
+//! - [`cmdinfo`]: `COMMAND INFO` / `COMMAND DOCS` metadata;
+//! - [`key`]: a key opened for a command, its state borrowed typed, its expiry;
+//! - [`storage`]: what a key's value is (a box, a block, or a compact state with interned
+//!   parameters, see [`intern`]), one mechanism every kind opts into;
+//! - [`datatype`]: the custom type's callbacks (RDB, AOF rewrite, digest, copy, free), and
+//!   [`freer`], which frees big values off the main thread;
+//! - [`block`]: calls that wait (`BLOCK`), with blocked clients and timers.
+
+pub mod api;
+pub mod block;
+pub mod cmdinfo;
+pub mod datatype;
+pub mod freer;
+pub mod intern;
+pub mod load;
+pub mod key;
+pub mod storage;

@@ -63,10 +63,10 @@ run: build ## Start redis-server with the module (redis.conf) in the foreground;
 	mkdir -p .run
 	redis-server redis.conf --port $(PORT) --loadmodule $(CURDIR)/$(SO)
 
-dist: build ## dist/redis-ratelimit-<version>-<os>-<arch>.tar.gz: the library, README, LICENSE, CHANGELOG, SHA-256 sums
+dist: build ## dist/redis-ratelimit-<version>-<os>-<arch>.tar.gz: the library, README, docs, LICENSE, CHANGELOG, SHA-256 sums
 	rm -rf dist/$(DIST) dist/$(DIST).tar.gz dist/$(DIST).tar.gz.sha256
 	mkdir -p dist/$(DIST)
-	cp $(SO) README.md LICENSE CHANGELOG.md dist/$(DIST)/
+	cp -r $(SO) README.md docs LICENSE CHANGELOG.md dist/$(DIST)/
 	cd dist/$(DIST) && $(SHA256) libredis_ratelimit.$(LIB_EXT) > SHA256SUMS
 	cd dist && tar -czf $(DIST).tar.gz $(DIST) && $(SHA256) $(DIST).tar.gz > $(DIST).tar.gz.sha256
 	rm -rf dist/$(DIST)

@@ -43,7 +43,8 @@ TAG=bench
 # The first case is the baseline. Later limiters add a line for each shape (and a Lua
 # script in bench/ for comparison), e.g.
 #   "token-refuse | rl.token | lua-token-refuse | 100 | | RL.TOKEN tok 100 60000"
-# Cases whose command starts with CL. run only when CELL_SO is given.
+# Cases whose command starts with CL. run when the server has CL.THROTTLE: redis-cell's with
+# CELL_SO (loaded first), else this module's; they are skipped with a module without it.
 # On 100,000 random keys, RL.TOKEN and RL.LEAKY use 100 per hour: their key expires when the
 # bucket is full again (36 s after a call), so the keys stay live through the run, as SET
 # PX's do (with 100 per minute they would expire 600 ms after each call, and most calls
@@ -181,7 +182,7 @@ for i in "${!CASES[@]}"; do
   [[ $share =~ ^[1-9][0-9]*$ ]] || die "bad n% in case $name: '$share'"
   [[ -z ${KNOWN[$name]:-} ]] || die "duplicate case name $name"
   KNOWN[$name]=1
-  [[ -n $CELL_SO || ! $cmd =~ ^CL\. ]] || continue
+  [[ -n $CL_BY || ! $cmd =~ ^CL\. ]] || continue
   [[ -z $ONLY || $i == 0 || $name =~ $ONLY ]] || continue
   INDEX[$name]=${#NAMES[@]}
   NAMES+=("$name") STATS+=("$stat") VS+=("$vs") SHARE+=("$share") OPTS+=("$opts") CMDS+=("$cmd")

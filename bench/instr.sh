@@ -72,7 +72,8 @@ STOP_WAIT=10 # valgrind writes its last dump
 #   vs      cases this one is compared with: their cost as a multiple of this one's
 #   n%      share of BENCH_INSTR_N this case runs
 #   command the command; a word @name@ is replaced by the SHA1 of bench/name.lua
-# Cases whose command starts with CL. run only when CELL_SO is given.
+# Cases whose command starts with CL. run when the server has CL.THROTTLE: redis-cell's with
+# CELL_SO (loaded first), else this module's; they are skipped with a module without it.
 # Refused, random and new keys use limits per day: a token or leaky key expires when its
 # bucket is full again (window / limit after one call), the keys must outlive the warm-up,
 # and a refused key must not earn a token back during its window.
@@ -234,7 +235,7 @@ for line in "${CASES[@]}"; do
   [[ -n $name && -n $shape && -n $cmd ]] || die "bad case line: $line"
   [[ $share =~ ^[1-9][0-9]*$ ]] || die "bad n% in case $name: '$share'"
   [[ -z ${INDEX[$name]:-} ]] || die "duplicate case name $name"
-  [[ -n $CELL_SO || ! $cmd =~ ^CL\. ]] || continue
+  [[ -n $CL_BY || ! $cmd =~ ^CL\. ]] || continue
   [[ -z $ONLY || $name =~ $ONLY ]] || continue
   INDEX[$name]=${#NAMES[@]}
   NAMES+=("$name") SHAPES+=("$shape") EXPECT+=("$expect") TARGET+=("$target")

@@ -59,10 +59,13 @@ find_modules() {
   fi
 }
 
-# module_args [option...]: MODULE_ARGS, loading the module (then these options) and CELL_SO.
+# module_args [option...]: MODULE_ARGS, loading CELL_SO first (redis-cell then serves
+# CL.THROTTLE: the module, loaded after it, leaves the name to it), then the module (then
+# these options).
 module_args() {
-  MODULE_ARGS=(--loadmodule "$MODULE" "$@")
+  MODULE_ARGS=()
   [[ -z $CELL_SO ]] || MODULE_ARGS+=(--loadmodule "$CELL_SO")
+  MODULE_ARGS+=(--loadmodule "$MODULE" "$@")
 }
 
 # need_positive VAR...: dies unless each variable holds a positive integer.
@@ -168,12 +171,18 @@ rcli() { timeout "$RCLI_TIMEOUT" redis-cli -h 127.0.0.1 -p "$PORT" "$@"; }
 # info_field section field: the field's value in INFO section.
 info_field() { rcli INFO "$1" | tr -d '\r' | awk -F: -v k="$2" '$1 == k { print $2 }'; }
 
-# check_server: SERVER_VERSION; dies unless the module (and CL.THROTTLE with CELL_SO) loaded.
+# check_server: SERVER_VERSION, and CL_BY (who serves CL.THROTTLE: redis-cell with CELL_SO,
+# else the module when it has it, else nobody and the CL.* cases are skipped); dies unless
+# the module (and redis-cell with CELL_SO) loaded.
 check_server() {
   SERVER_VERSION=$(info_field server redis_version)
   rcli MODULE LIST | grep -qi ratelimit || die "module not loaded (see $TMP/redis.log)"
+  CL_BY=
   if [[ -n $CELL_SO ]]; then
-    rcli COMMAND INFO CL.THROTTLE | grep -qi throttle || die "CL.THROTTLE not loaded from $CELL_SO (see $TMP/redis.log)"
+    rcli MODULE LIST | grep -qi redis-cell || die "redis-cell not loaded from $CELL_SO (see $TMP/redis.log)"
+    CL_BY=redis-cell
+  elif rcli COMMAND INFO CL.THROTTLE | grep -qi throttle; then
+    CL_BY="this module"
   fi
 }
 
@@ -263,6 +272,7 @@ print_setup() {
   echo "server:      redis-server $SERVER_VERSION ($(redis-server --version | sed -E 's/^Redis server //'))${1:-}"
   echo "module:      $MODULE, commit $commit"
   [[ -z $CELL_SO ]] || echo "redis-cell:  $CELL_SO"
+  [[ -z ${CL_BY:-} ]] || echo "CL.THROTTLE: served by $CL_BY"
   echo "machine:     $(nproc) CPUs, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || uname -m), $(uname -sr)${2:-}"
   echo "load avg:    $LOAD_BEFORE before, $(loadavg) after (1, 5, 15 min)"
 }

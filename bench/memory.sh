@@ -67,7 +67,7 @@ NAMES=() CMDS=() BYTES=() USAGE=() RELOAD_MS=() RELOAD_CPU=() RDB=()
 for line in "${KEY_KINDS[@]}"; do
   IFS='|' read -r name cmd <<<"$line"
   name=$(trim "$name") cmd=$(trim "$cmd")
-  [[ -n $CELL_SO || ! $cmd =~ ^CL\. ]] || continue
+  [[ -n $CL_BY || ! $cmd =~ ^CL\. ]] || continue
   rcli FLUSHALL SYNC >/dev/null
   before=$(used_memory)
   fill_kind "$name" "$cmd" "$KEYS" 900

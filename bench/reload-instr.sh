@@ -55,7 +55,7 @@ NAMES=() CMDS=() IRS=()
 for line in "${KEY_KINDS[@]}"; do
   IFS='|' read -r name cmd <<<"$line"
   name=$(trim "$name") cmd=$(trim "$cmd")
-  [[ -n $CELL_SO || ! $cmd =~ ^CL\. ]] || continue
+  [[ -n $CL_BY || ! $cmd =~ ^CL\. ]] || continue
   fill_kind "$name" "$cmd" "$KEYS" "$TIMEOUT"
   cg -i on
   cg -z

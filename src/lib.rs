@@ -19,7 +19,7 @@
 pub mod core;
 pub mod engine;
 mod registry;
-pub mod rm;
+pub(crate) mod rm;
 #[cfg(test)]
 mod tests;
 

@@ -231,6 +231,20 @@ fn getkeys_and_keyspace_events(server: Server) {
         .query(&mut c)
         .unwrap();
     assert_eq!(keys, ["a", "b"]);
+    // COMMAND DOCS shows each limiter RL.ALL takes, by its keyword, with its arguments.
+    let docs = format!("{:?}", run(&mut c, &["COMMAND", "DOCS", "RL.ALL"]).unwrap());
+    for keyword in [
+        "SLIDE", "TOKEN", "LEAKY", "FIXED", "SUBWIN", "ACQUIRE", "BURST", "ALIGN", "ID",
+    ] {
+        assert!(
+            docs.contains(&format!("\"{keyword}\"")),
+            "{keyword}: {docs}"
+        );
+    }
+    assert!(
+        !docs.contains("\"BLOCK\"") && !docs.contains("THROTTLE"),
+        "{docs}"
+    );
     run(&mut c, &["CONFIG", "SET", "notify-keyspace-events", "KEd"]).unwrap();
     let mut sub = server.conn();
     let mut pubsub = sub.as_pubsub();

@@ -146,7 +146,7 @@ fn bad_and_edge_input(server: Server) {
 #[rstest]
 fn charges_replicate_and_survive_a_restart() {
     // `always`: with `everysec` a busy disk may postpone the write of the last commands, and
-    // a kill loses them (see README, Restarts).
+    // a kill loses them (see docs/guarantees.md, Restarts).
     let mut primary = Server::start(&["--appendonly", "yes", "--appendfsync", "always"]);
     let replica = primary.replica();
     let (mut p, mut r) = (primary.conn(), replica.conn());

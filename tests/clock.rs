@@ -277,7 +277,8 @@ fn the_ttl_is_the_limiters_after_a_restore_without_ttl() {
 
 #[rstest]
 fn a_fixed_windows_absolute_reset_is_its_pexpiretime() {
-    // The README's header recipe: X-RateLimit-Reset as a Unix time, from the server alone.
+    // docs/commands.md's header recipe (RL.FIXED): X-RateLimit-Reset as a Unix time, from the
+    // server alone.
     let server = default_server();
     let mut c = server.conn();
     let mut ends = Vec::new();

@@ -1,5 +1,5 @@
-//! The RL.SLIDE / RL.PEEK / RL.REFUND contract, and every README example, against a real
-//! redis-server with the module loaded.
+//! The RL.SLIDE / RL.PEEK / RL.REFUND contract, the README's first call, and the examples of
+//! docs/commands.md, against a real redis-server with the module loaded.
 
 mod common;
 
@@ -603,7 +603,7 @@ fn fixed_window_align(server: Server) {
     );
 }
 
-/// The README's RL.SUBWIN example: 4 per second in sub-intervals of 250 ms.
+/// docs/commands.md's RL.SUBWIN example: 4 per second in sub-intervals of 250 ms.
 #[rstest]
 fn readme_sub_interval_window(server: Server) {
     let mut c = server.conn();

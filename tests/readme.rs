@@ -1,5 +1,6 @@
-//! README examples not run elsewhere: the lease table, RL.ALL's tables, and the recipes'
-//! command lines, exactly as written there (times relative to T0 through NOW).
+//! Examples of docs/commands.md (once the README's) not run elsewhere: the lease table,
+//! RL.ALL's tables, and the recipes' command lines, exactly as written there (times
+//! relative to T0 through NOW).
 
 mod common;
 
@@ -7,10 +8,11 @@ use common::{rl, run, server, Server};
 use redis::{Connection, Value};
 use rstest::rstest;
 
-/// The README's examples start at this time (ids the server makes carry it).
+/// The examples of docs/commands.md start at this time (ids the server makes carry it).
 const T0: u64 = 1_700_000_000_000;
 
-/// A reply as the README writes it: integers, quoted ids, nil, and nested arrays in brackets.
+/// A reply as docs/commands.md writes it: integers, quoted ids, nil, and nested arrays in
+/// brackets.
 fn shown(v: &Value) -> String {
     match v {
         Value::Int(i) => i.to_string(),

@@ -18,7 +18,7 @@ const ceilS = (ms) => Math.ceil(ms / 1000);
 
 /**
  * One reply of RL.SLIDE, RL.TOKEN, RL.LEAKY, RL.FIXED, RL.SUBWIN, RL.PEEK, RL.REFUND or RL.CHARGE:
- * [allowed, limit, remaining, retry_after_ms, reset_after_ms] (README, "The reply").
+ * [allowed, limit, remaining, retry_after_ms, reset_after_ms] (docs/commands.md, "The reply").
  */
 class Decision {
   /**

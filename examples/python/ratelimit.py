@@ -37,7 +37,7 @@ def ceil_s(ms: int) -> int:
 @dataclass(frozen=True)
 class Decision:
     """One reply of RL.SLIDE, RL.TOKEN, RL.LEAKY, RL.FIXED, RL.SUBWIN, RL.PEEK, RL.REFUND or
-    RL.CHARGE (README, "The reply")."""
+    RL.CHARGE (docs/commands.md, "The reply")."""
 
     allowed: bool
     limit: int  # the deciding window's limit, or the bucket's size (RL.LEAKY: bookings from idle)

@@ -411,12 +411,51 @@ mod tests {
     /// The slide's windows at most.
     const MAX_WINDOWS: usize = 8;
 
+    /// Every compact code, `1 + index`: the kinds' commands' (`Command::EFFECT_CODE`) and
+    /// the generic ones' (`RL.REFUND`, `RL.CHARGE`).
+    const CODES: [&str; 8] = [
+        "RL.SLIDE",
+        "RL.TOKEN",
+        "RL.LEAKY",
+        "RL.FIXED",
+        "RL.SUBWIN",
+        "RL.REFUND",
+        "RL.CHARGE",
+        "CL.THROTTLE",
+    ];
+
+    /// The code of `command`'s effect, as the registry's catalog and the generic commands
+    /// give them (`None`: the command has no compact effect).
+    fn command_code(command: &str) -> Option<u8> {
+        use crate::engine::{catalog, generic};
+        let code = match command {
+            "RL.REFUND" => generic::REFUND_CODE,
+            "RL.CHARGE" => generic::CHARGE_CODE,
+            _ => catalog()
+                .commands()
+                .find(|c| c.info.name == command)
+                .map_or(0, |c| c.effect_code),
+        };
+        (code != 0).then_some(code)
+    }
+
     #[test]
-    fn tags_follow_the_table() {
+    fn codes_and_tags_follow_the_tables() {
+        crate::install();
+        for (i, c) in CODES.iter().enumerate() {
+            assert_eq!(command_code(c), Some(i as u8 + 1));
+            // And back, as an effect is expanded.
+            assert_eq!(crate::engine::effect_command(i as u8 + 1), Some(*c));
+        }
         for (i, k) in KEYWORDS.iter().enumerate() {
             assert_eq!(keyword_tag(k.as_bytes()), Some(i as u8 + 1));
         }
+        assert_eq!(command_code("RL.ALL"), None);
         assert_eq!(keyword_tag(b"now"), None);
+        // No other code, and the leases' effects are textual.
+        assert_eq!(crate::engine::effect_command(0), None);
+        assert_eq!(crate::engine::effect_command(CODES.len() as u8 + 1), None);
+        assert_eq!(command_code("RL.ACQUIRE"), None);
     }
 
     #[test]

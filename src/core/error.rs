@@ -2,7 +2,6 @@
 
 use std::fmt;
 
-
 /// An error reply. Refusing a request is not an error; these are for bad input, keys of the
 /// wrong type and failures of the module itself.
 #[derive(Debug, PartialEq, Eq)]

@@ -89,3 +89,100 @@ pub(crate) mod table {
     }
 }
 
+/// [`Limit::charge`] on every kind: the units count even beyond the limit, and the wait it
+/// answers is exact. Each kind runs [`charge::check`] in its own tests.
+#[cfg(test)]
+pub(crate) mod charge {
+    use super::Limit;
+    use crate::core::{Millis, Wait};
+    use proptest::prelude::*;
+
+    pub const T0: Millis = 1_700_000_000_000;
+
+    /// Acquisitions and charges at growing times; after each charge, a request of one unit
+    /// is refused exactly until the wait the charge answered, and allowed from then on.
+    pub fn check<L: Limit + Clone>(mut l: L, p: &L::Params, ops: &[(u64, u64, bool)]) {
+        let mut now = T0;
+        for &(dt, cost, charge) in ops {
+            now += dt;
+            if !charge {
+                l.acquire(now, p, cost);
+                continue;
+            }
+            let Some(d) = l.charge(now, p, cost) else {
+                continue;
+            };
+            assert!(d.allowed);
+            let next = l.evaluate(now, p, 1);
+            assert_eq!(d.retry_after, next.retry_after);
+            assert_eq!(d.remaining, l.evaluate(now, p, 0).remaining);
+            if next.allowed {
+                continue;
+            }
+            match d.retry_after {
+                Wait::Ms(w) => {
+                    assert!(w > 0);
+                    assert!(l.evaluate(now + w, p, 1).allowed, "allowed after {w} ms");
+                    assert!(
+                        !l.evaluate(now + w - 1, p, 1).allowed,
+                        "refused before {w} ms"
+                    );
+                }
+                other => panic!("refused with {other:?}"),
+            }
+        }
+    }
+
+    /// `(ms since the last, units, a charge rather than an acquisition)`.
+    pub fn ops() -> impl Strategy<Value = Vec<(u64, u64, bool)>> {
+        prop::collection::vec((0u64..400, 0u64..30, any::<bool>()), 1..40)
+    }
+}
+
+/// What every rate kind's parser is fuzzed with (`make fuzz` runs the `fuzz_` tests longer,
+/// with `PROPTEST_CASES`).
+#[cfg(test)]
+pub(crate) mod fuzz {
+    use proptest::prelude::*;
+
+    /// Words a client might send: numbers near every bound, keywords, junk.
+    pub fn word() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            prop::sample::select(vec![
+                "0",
+                "1",
+                "7",
+                "100",
+                "1000",
+                "4096",
+                "60000",
+                "2147483647",
+                "2147483648",
+                "4294967295",
+                "4294967296",
+                "2678400000",
+                "253402300799999",
+                "9223372036854775807",
+                "18446744073709551616",
+                "-1",
+                "",
+                "COST",
+                "NOW",
+                "BURST",
+                "MAXDELAY",
+                "ALIGN",
+                "TOKEN",
+                "SUBWIN",
+                "cost",
+                "x",
+            ])
+            .prop_map(|w| w.as_bytes().to_vec()),
+            prop::collection::vec(any::<u8>(), 0..24),
+        ]
+    }
+
+    /// The words after a key: up to 12 of [`word`].
+    pub fn words() -> impl Strategy<Value = Vec<Vec<u8>>> {
+        prop::collection::vec(word(), 0..12)
+    }
+}

@@ -6,6 +6,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// What `COMMAND DOCS` shows for one argument.
+#[derive(Clone, Copy, Debug)]
 pub struct Arg {
     pub name: &'static str,
     pub kind: ArgKind,
@@ -130,7 +131,6 @@ pub const fn option(token: &'static str, name: &'static str) -> Arg {
         sub: &[],
     }
 }
-
 
 /// The arguments every limiter command shares.
 pub const KEY: Arg = arg("key", ArgKind::Key);

@@ -137,4 +137,3 @@ mod tests {
         assert_eq!(allowed_now.seen_from_behind(100), allowed_now);
     }
 }
-

@@ -10,6 +10,8 @@
 //! key gets what its own command would have given it (its value, expiry, keyspace event),
 //! and the changes propagate as one `RL.APPLY key effect [key effect ...]`.
 
+use std::ops::DerefMut;
+
 use redis_module::Context;
 use smallvec::SmallVec;
 
@@ -22,18 +24,57 @@ use crate::core::kind::{Command, Kind, Mode, Reply};
 use crate::core::meta::{self, Arg as MetaArg, ArgKind, Info, Keys, Stats};
 use crate::core::{Decision, Millis, Wait};
 use crate::rm::api::{self, Answer, Arg, Count, Handler, ALL_INLINE};
+use crate::rm::arena::Arena;
 use crate::rm::key::Key;
 
 /// The most keys one call takes: each costs at most what its own command costs, so this
 /// bounds the call's work.
 pub const ALL_MAX_KEYS: u64 = 16;
 
+/// Where a limiter's state is: a key, for the server ([`Key`]), or a test's store. The
+/// decision ([`decide`]) works on any.
+pub trait Slot {
+    /// A state lent by the slot.
+    type Held<'s, K: Storable>: DerefMut<Target = K>
+    where
+        Self: 's;
+    /// The state of kind `K` the slot holds, `None` when empty; an error for another kind.
+    fn state<K: Storable>(&mut self) -> Result<Option<Self::Held<'_, K>>, Error>;
+    /// Stores `state` in the slot.
+    fn set<K: Storable>(&mut self, state: K) -> Result<(), Error>;
+}
+
+impl Slot for Key<'_> {
+    type Held<'s, K: Storable>
+        = crate::rm::storage::Held<'s, K>
+    where
+        Self: 's;
+
+    fn state<K: Storable>(&mut self) -> Result<Option<Self::Held<'_, K>>, Error> {
+        Key::state::<K>(self)
+    }
+
+    fn set<K: Storable>(&mut self, state: K) -> Result<(), Error> {
+        Key::set(self, state)
+    }
+}
+
+/// Where a call's limiters are kept: on the stack, room for 16 of the largest kinds'.
+pub type Frames = Arena<800>;
+
+/// A limiter on a server's key, kept in a call's [`Frames`].
+type OnKey<'a, 'c, 'r> = &'r mut (dyn Limiter<Key<'c>> + 'a);
+
+/// Parses one limiter of a kind into a call's frames.
+type ParseFn =
+    for<'a, 'c, 'r> fn(&'c Context, &[&'a [u8]], &'r Frames) -> Result<OnKey<'a, 'c, 'r>, Error>;
+
 /// How `RL.ALL` takes one kind's limiters: their keyword, how far one runs, and how to parse
-/// one on its key.
+/// one.
 pub struct KindSpec {
     pub keyword: &'static str,
     pub grammar: Grammar,
-    parse: for<'a, 'c> fn(&'c Context, Arg, &[&'a [u8]]) -> Result<Box<dyn Limiter + 'a>, Error>,
+    parse: ParseFn,
 }
 
 /// The `RL.ALL` limiters of command `C`, if it may be one.
@@ -51,11 +92,19 @@ where
     }
 }
 
-fn parse_spec<'a, C: Command>(
-    _ctx: &Context,
-    name: Arg,
+fn parse_spec<'a, 'c, 'r, C: Command>(
+    _ctx: &'c Context,
     words: &[&'a [u8]],
-) -> Result<Box<dyn Limiter + 'a>, Error>
+    frames: &'r Frames,
+) -> Result<OnKey<'a, 'c, 'r>, Error>
+where
+    C::Kind: Storable,
+{
+    Ok(frames.put(spec::<C>(words)?))
+}
+
+/// A limiter of command `C` from its words (after its keyword).
+fn spec<'a, C: Command>(words: &[&'a [u8]]) -> Result<Spec<'a, C>, Error>
 where
     C::Kind: Storable,
 {
@@ -63,33 +112,41 @@ where
     if C::block(&call).is_some() {
         return Err(Error::Invalid("BLOCK is not allowed inside RL.ALL"));
     }
-    Ok(Box::new(Spec::<C> {
-        name,
+    Ok(Spec::<C> {
         call,
         new: None,
         behind: 0,
-    }))
+    })
 }
 
-/// One limiter of a call, on its key.
-pub trait Limiter {
-    /// An error for a call refused whatever the state (a lease id the key cannot take).
-    fn check(&self, key: &mut Key, now: Millis) -> Result<(), Error>;
-    /// Its answer at `now`, changing nothing (a reshaped state kept aside), and whether it
-    /// could be recorded.
-    fn evaluate(&mut self, key: &mut Key, now: Millis) -> Result<(Decision, Result<(), Error>), Error>;
+/// A limiter of command `C` from its words (after its keyword), on slots of type `S`, in a
+/// box (for tests, which keep their limiters apart from a call).
+pub fn limiter<'a, C: Command, S: Slot>(
+    words: &[&'a [u8]],
+) -> Result<Box<dyn Limiter<S> + 'a>, Error>
+where
+    C::Kind: Storable,
+{
+    Ok(Box::new(spec::<C>(words)?))
+}
+
+/// One limiter of a call, on its slot (a key).
+pub trait Limiter<S> {
+    /// Its answer at `now`, changing nothing (a reshaped state kept aside), and `Some` error
+    /// when, allowed, it could not be recorded. An error for a call refused whatever the
+    /// state (a lease id the key cannot take).
+    fn evaluate(&mut self, slot: &mut S, now: Millis) -> Result<(Decision, Option<Error>), Error>;
     /// Its answer with no cost: the state as it stands (for a refused call).
-    fn evaluate_free(&mut self, key: &mut Key, now: Millis) -> Result<Decision, Error>;
+    fn evaluate_free(&mut self, slot: &mut S, now: Millis) -> Result<Decision, Error>;
     /// Records it (the call allowed): what it answers, when the state was and is back to
-    /// empty, and its latest time; stored in the key.
-    fn commit(&mut self, key: &mut Key, now: Millis) -> Result<Committed, Error>;
+    /// empty, and its latest time; stored in the slot.
+    fn commit(&mut self, slot: &mut S, now: Millis) -> Result<Committed, Error>;
     /// Its entry in the reply.
     fn entry(&self, decision: Decision, committed: Option<&Reply>) -> Reply;
     /// Writes its effect after a commit.
     fn effect(&self, committed: &Reply, at: Millis, out: &mut SmallVec<[u8; 32 * ALL_INLINE]>);
     fn cost(&self) -> u64;
     fn event(&self) -> &'static std::ffi::CStr;
-    fn key(&self) -> Arg;
 }
 
 /// What a commit did.
@@ -102,27 +159,20 @@ pub struct Committed {
 
 /// A limiter of command `C`.
 struct Spec<'a, C: Command> {
-    name: Arg,
     call: C::Call<'a>,
     /// A state for a missing key, or the stored one reshaped: stored once recorded in.
     new: Option<C::Kind>,
     behind: u64,
 }
 
-impl<C: Command> Limiter for Spec<'_, C>
+impl<C: Command, S: Slot> Limiter<S> for Spec<'_, C>
 where
     C::Kind: Storable,
 {
-    fn check(&self, key: &mut Key, now: Millis) -> Result<(), Error> {
-        match key.state::<C::Kind>()? {
-            Some(state) => C::check(&state, &self.call, now),
-            None => Ok(()),
-        }
-    }
-
-    fn evaluate(&mut self, key: &mut Key, now: Millis) -> Result<(Decision, Result<(), Error>), Error> {
-        let held = key.state::<C::Kind>()?;
+    fn evaluate(&mut self, slot: &mut S, now: Millis) -> Result<(Decision, Option<Error>), Error> {
+        let held = slot.state::<C::Kind>()?;
         if let Some(state) = held.as_deref() {
+            C::check(state, &self.call, now)?;
             self.new = C::reshaped(state, &self.call, now);
         } else {
             self.new = C::fresh(&self.call);
@@ -135,15 +185,15 @@ where
         let latest = state.latest();
         self.behind = latest.saturating_sub(now);
         let d = C::evaluate(state, &self.call, now).seen_from_behind(self.behind);
-        let fits = match (d.allowed, C::cost(&self.call)) {
-            (true, 1..) => C::fits(state, &self.call, now),
-            _ => Ok(()),
+        let unfit = match (d.allowed, C::cost(&self.call)) {
+            (true, 1..) => C::fits(state, &self.call, now).err(),
+            _ => None,
         };
-        Ok((d, fits))
+        Ok((d, unfit))
     }
 
-    fn evaluate_free(&mut self, key: &mut Key, now: Millis) -> Result<Decision, Error> {
-        let held = key.state::<C::Kind>()?;
+    fn evaluate_free(&mut self, slot: &mut S, now: Millis) -> Result<Decision, Error> {
+        let held = slot.state::<C::Kind>()?;
         let state = match (&self.new, held.as_deref()) {
             (Some(new), _) => new,
             (None, Some(held)) => held,
@@ -152,11 +202,11 @@ where
         Ok(C::evaluate_free(state, &self.call, now).seen_from_behind(self.behind))
     }
 
-    fn commit(&mut self, key: &mut Key, now: Millis) -> Result<Committed, Error> {
+    fn commit(&mut self, slot: &mut S, now: Millis) -> Result<Committed, Error> {
         if let Some(mut new) = self.new.take() {
             let reply = C::commit(&mut new, &self.call, now).ok_or(Error::Internal("RL.ALL"))?;
             let (latest, empty_at) = (new.latest(), new.empty_at());
-            key.set(new)?;
+            slot.set(new)?;
             return Ok(Committed {
                 reply,
                 before: None,
@@ -164,7 +214,7 @@ where
                 empty_at,
             });
         }
-        let mut held = key.state::<C::Kind>()?.ok_or(Error::Internal("RL.ALL"))?;
+        let mut held = slot.state::<C::Kind>()?.ok_or(Error::Internal("RL.ALL"))?;
         let before = held.empty_at();
         let reply = C::commit(&mut held, &self.call, now).ok_or(Error::Internal("RL.ALL"))?;
         Ok(Committed {
@@ -201,20 +251,25 @@ where
     fn event(&self) -> &'static std::ffi::CStr {
         C::INFO.event
     }
-
-    fn key(&self) -> Arg {
-        self.name
-    }
 }
 
 /// Where the keys of a call are (what `COMMAND GETKEYS`, ACLs and cluster routing ask for):
 /// `2..2 + numkeys`, empty when numkeys is not valid or exceeds the arguments.
 pub fn keys_of(args: &[Arg]) -> std::ops::Range<usize> {
-    let n = args
-        .get(1)
-        .and_then(|a| args::int(a.as_bytes(), "numkeys", 1, ALL_MAX_KEYS).ok())
+    keys_in(args.len(), args.get(1).map(Arg::as_bytes))
+}
+
+/// [`keys_of`] for the words of a call.
+pub fn keys_of_words(words: &[&[u8]]) -> std::ops::Range<usize> {
+    keys_in(words.len(), words.get(1).copied())
+}
+
+/// The keys of a call of `len` arguments whose second is `numkeys`.
+fn keys_in(len: usize, numkeys: Option<&[u8]>) -> std::ops::Range<usize> {
+    let n = numkeys
+        .and_then(|w| args::int(w, "numkeys", 1, ALL_MAX_KEYS).ok())
         .and_then(|n| usize::try_from(n).ok())
-        .filter(|&n| n <= args.len().saturating_sub(2))
+        .filter(|&n| n <= len.saturating_sub(2))
         .unwrap_or(0);
     2..2 + n
 }
@@ -222,30 +277,52 @@ pub fn keys_of(args: &[Arg]) -> std::ops::Range<usize> {
 /// The keywords of the limiters `RL.ALL` takes, for its error naming them.
 fn keywords() -> &'static [&'static str] {
     static KEYWORDS: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
-    KEYWORDS.get_or_init(|| {
+    KEYWORDS.get_or_init(|| specs().iter().map(|s| s.keyword).collect())
+}
+
+/// The kinds' limiters `RL.ALL` takes, in the registry's order.
+fn specs() -> &'static [&'static KindSpec] {
+    static SPECS: std::sync::OnceLock<Vec<&'static KindSpec>> = std::sync::OnceLock::new();
+    SPECS.get_or_init(|| {
         catalog()
             .commands()
-            .filter_map(|c| c.spec.as_ref().map(|s| s.keyword))
+            .filter_map(|c| c.spec.as_ref())
             .collect()
     })
 }
 
+/// The kind whose limiters start with `word`, its keyword.
+#[inline]
+fn spec_named(word: &[u8]) -> Option<&'static KindSpec> {
+    specs()
+        .iter()
+        .copied()
+        .find(|s| s.keyword.len() == word.len() && word.eq_ignore_ascii_case(s.keyword.as_bytes()))
+}
+
 /// A parsed call: its limiters in key order, and its `NOW`.
-type Limiters<'a> = SmallVec<[Box<dyn Limiter + 'a>; ALL_INLINE]>;
+type Limiters<'a, 'c, 'r> = SmallVec<[OnKey<'a, 'c, 'r>; ALL_INLINE]>;
 
 /// Parses a call. An error about one limiter names its key ([`Error::ForKey`]).
-fn parse<'a>(ctx: &Context, args: &'a [Arg], words: &[&'a [u8]]) -> Result<(Limiters<'a>, Option<Millis>), Error> {
+pub(crate) fn parse<'a, 'c, 'r>(
+    ctx: &'c Context,
+    words: &[&'a [u8]],
+    frames: &'r Frames,
+) -> Result<(Limiters<'a, 'c, 'r>, Option<Millis>), Error> {
     let Some(numkeys) = words.get(1) else {
         return Err(Error::Arity);
     };
     let n = args::int(numkeys, "numkeys", 1, ALL_MAX_KEYS)? as usize;
-    let (Some(keys), Some(names)) = (args.get(2..2 + n), words.get(2..2 + n)) else {
+    let Some(names) = words.get(2..2 + n) else {
         return Err(Error::Arity);
     };
     let name = |i: usize| names.get(i).copied().unwrap_or_default();
     for (i, key) in names.iter().enumerate() {
         if names[..i].contains(key) {
-            return Err(Error::for_key(key, Error::Invalid("the same key is given twice")));
+            return Err(Error::for_key(
+                key,
+                Error::Invalid("the same key is given twice"),
+            ));
         }
     }
     let mut limiters = Limiters::new();
@@ -265,12 +342,7 @@ fn parse<'a>(ctx: &Context, args: &'a [Arg], words: &[&'a [u8]]) -> Result<(Limi
             }
             break;
         }
-        let spec = catalog().commands().find_map(|c| {
-            c.spec
-                .as_ref()
-                .filter(|s| word.eq_ignore_ascii_case(s.keyword.as_bytes()))
-        });
-        let Some(spec) = spec else {
+        let Some(spec) = spec_named(word) else {
             // Past a limiter's options: an option its kind does not take, or no kind at all.
             return Err(match limiters.len().checked_sub(1) {
                 Some(last) => Error::for_key(name(last), Error::UnknownOption(lossy(word))),
@@ -290,8 +362,8 @@ fn parse<'a>(ctx: &Context, args: &'a [Arg], words: &[&'a [u8]]) -> Result<(Limi
         let rest = words.get(at + 1..).unwrap_or_default();
         let extent = spec.grammar.extent(rest);
         let spec_words = rest.get(..extent).unwrap_or_default();
-        let key = keys.get(i).copied().ok_or(Error::Arity)?;
-        let limiter = (spec.parse)(ctx, key, spec_words).map_err(|e| Error::for_key(name(i), e))?;
+        let limiter =
+            (spec.parse)(ctx, spec_words, frames).map_err(|e| Error::for_key(name(i), e))?;
         limiters.push(limiter);
         at += 1 + extent;
     }
@@ -355,68 +427,77 @@ impl Handler for All {
         keys_of(args)
     }
 
+    /// One per kind that may be a limiter: its keyword, then its command's arguments
+    /// after the key but `BLOCK` and `NOW` (which are the call's).
+    fn choices() -> &'static [MetaArg] {
+        static CHOICES: std::sync::OnceLock<&'static [MetaArg]> = std::sync::OnceLock::new();
+        CHOICES.get_or_init(|| {
+            let choices: Vec<MetaArg> = catalog()
+                .commands()
+                .filter_map(|c| {
+                    let spec = c.spec.as_ref()?;
+                    let sub: Vec<MetaArg> = c
+                        .info
+                        .args
+                        .iter()
+                        .filter(|a| a.kind != ArgKind::Key)
+                        .filter(|a| !matches!(a.token, Some("NOW" | "BLOCK")))
+                        .copied()
+                        .collect();
+                    // Made once, at load, and kept for the module's life.
+                    let name: &'static str =
+                        Box::leak(spec.keyword.to_lowercase().into_boxed_str());
+                    Some(meta::block(
+                        name,
+                        spec.keyword,
+                        Box::leak(sub.into_boxed_slice()),
+                    ))
+                })
+                .collect();
+            Box::leak(choices.into_boxed_slice())
+        })
+    }
+
     fn run(ctx: &Context, args: &[Arg]) -> Result<Answer, Error> {
-        let words: SmallVec<[&[u8]; 32]> = args.iter().map(Arg::as_bytes).collect();
-        let (mut limiters, now) = parse(ctx, args, &words)?;
+        let mut words: SmallVec<[&[u8]; 32]> = SmallVec::new();
+        for a in args {
+            words.push(a.as_bytes());
+        }
+        let frames = Frames::new();
+        let (mut limiters, now) = parse(ctx, &words, &frames)?;
         let clock = clock(ctx, now, Mode::Decide)?;
         let now = clock.caller;
+        let names = args.get(2..2 + limiters.len()).ok_or(Error::Arity)?;
         let mut keys: SmallVec<[Key; ALL_INLINE]> = SmallVec::new();
-        for l in &limiters {
-            keys.push(Key::open(ctx, l.key(), true));
+        for &name in names {
+            keys.push(Key::open(ctx, name, true));
         }
-        let named = |i: usize, e: Error| match args.get(2 + i) {
-            Some(key) => Error::for_key(key.as_bytes(), e),
-            None => e,
-        };
-        // Every limiter checked and evaluated, none changed.
-        let mut decisions: SmallVec<[Decision; ALL_INLINE]> = SmallVec::new();
-        let mut unfit = None;
-        for (i, (l, key)) in limiters.iter_mut().zip(keys.iter_mut()).enumerate() {
-            l.check(key, now).map_err(|e| named(i, e))?;
-            let (d, fits) = l.evaluate(key, now).map_err(|e| named(i, e))?;
-            if let (Err(e), None) = (fits, &unfit) {
-                unfit = Some((i, e));
-            }
-            decisions.push(d);
+        let outcome =
+            decide(&mut limiters, &mut keys, now).map_err(|(i, e)| match names.get(i) {
+                Some(key) => Error::for_key(key.as_bytes(), e),
+                None => e,
+            })?;
+        if !outcome.decision.allowed {
+            api::reply_all(ctx, &outcome.decision, &outcome.entries);
+            return Ok(Answer::Written(false));
         }
-        let allowed = decisions.iter().all(|d| d.allowed);
-        let mut entries: SmallVec<[Reply; ALL_INLINE]> = SmallVec::new();
-        if !allowed {
-            // Nothing is taken: a limiter that would have allowed answers its state as it
-            // stands, as its own command with `COST 0` would (a refusing one already does).
-            for (i, (l, key)) in limiters.iter_mut().zip(keys.iter_mut()).enumerate() {
-                let Some(d) = decisions.get_mut(i) else {
-                    continue;
-                };
-                if d.allowed && l.cost() > 0 {
-                    *d = l.evaluate_free(key, now).map_err(|e| named(i, e))?;
-                }
-                entries.push(l.entry(*d, None));
-            }
-            let head = combine(&decisions);
-            return Ok(Answer::All(head, entries));
-        }
-        if let Some((i, e)) = unfit {
-            return Err(named(i, e));
-        }
-        // Every one records; the changes' effects go together in one RL.APPLY.
+        // Each changed key as its own command leaves it; the effects go together in one
+        // RL.APPLY.
         let mut bytes: SmallVec<[u8; 32 * ALL_INLINE]> = SmallVec::new();
         let mut changes: SmallVec<[(Arg, usize, Option<Millis>); ALL_INLINE]> = SmallVec::new();
-        for (i, (l, key)) in limiters.iter_mut().zip(keys.iter_mut()).enumerate() {
-            let Some(d) = decisions.get_mut(i) else {
+        for (((l, key), c), &name) in limiters
+            .iter()
+            .zip(&keys)
+            .zip(&outcome.committed)
+            .zip(names)
+        {
+            let Some(c) = c else {
                 continue;
             };
-            if l.cost() == 0 {
-                entries.push(l.entry(*d, None));
-                continue;
-            }
-            let c = l.commit(key, now).map_err(|e| named(i, e))?;
-            *d = d.resetting_at(c.empty_at, now);
-            entries.push(l.entry(*d, Some(&c.reply)));
             let expiry = settle(key, l.event(), c.empty_at, clock.lag, c.before);
             let start = bytes.len();
             l.effect(&c.reply, c.latest, &mut bytes);
-            changes.push((l.key(), bytes.len() - start, expiry));
+            changes.push((name, bytes.len() - start, expiry));
         }
         drop(keys);
         let mut pairs: SmallVec<[(Arg, &[u8]); ALL_INLINE]> = SmallVec::new();
@@ -435,8 +516,83 @@ impl Handler for All {
         for &(name, ..) in &changes {
             crate::rm::block::kick(ctx, name);
         }
-        Ok(Answer::All(combine(&decisions), entries))
+        api::reply_all(ctx, &outcome.decision, &outcome.entries);
+        Ok(Answer::Written(true))
     }
+}
+
+/// What a call of several limiters decided.
+pub struct Outcome {
+    /// The call's five fields.
+    pub decision: Decision,
+    /// Each limiter's entry in the reply, in key order.
+    pub entries: SmallVec<[Reply; ALL_INLINE]>,
+    /// What each one recorded (`None`: nothing, its cost 0 or the call refused).
+    pub committed: SmallVec<[Option<Committed>; ALL_INLINE]>,
+}
+
+/// The decision of a call: every limiter checked and evaluated at `now` on its slot, none
+/// changed; then, only when every one allows and could record, each records its cost. A
+/// refused call changes nothing. An error names the limiter at fault by its place.
+pub fn decide<S: Slot>(
+    limiters: &mut [&mut (dyn Limiter<S> + '_)],
+    slots: &mut [S],
+    now: Millis,
+) -> Result<Outcome, (usize, Error)> {
+    let mut decisions: SmallVec<[Decision; ALL_INLINE]> = SmallVec::new();
+    let mut unfit = None;
+    for (i, (l, slot)) in limiters.iter_mut().zip(slots.iter_mut()).enumerate() {
+        let (d, cannot) = l.evaluate(slot, now).map_err(|e| (i, e))?;
+        if let (Some(e), None) = (cannot, &unfit) {
+            unfit = Some((i, e));
+        }
+        decisions.push(d);
+    }
+    let allowed = decisions.iter().all(|d| d.allowed);
+    let mut entries: SmallVec<[Reply; ALL_INLINE]> = SmallVec::new();
+    let mut committed: SmallVec<[Option<Committed>; ALL_INLINE]> = SmallVec::new();
+    if !allowed {
+        // Nothing is taken: a limiter that would have allowed answers its state as it
+        // stands, as its own command with `COST 0` would (a refusing one already does).
+        for (i, (l, slot)) in limiters.iter_mut().zip(slots.iter_mut()).enumerate() {
+            let Some(d) = decisions.get_mut(i) else {
+                continue;
+            };
+            if d.allowed && l.cost() > 0 {
+                *d = l.evaluate_free(slot, now).map_err(|e| (i, e))?;
+            }
+            entries.push(l.entry(*d, None));
+            committed.push(None);
+        }
+        let decision = combine(&decisions);
+        return Ok(Outcome {
+            decision,
+            entries,
+            committed,
+        });
+    }
+    if let Some(unfit) = unfit {
+        return Err(unfit);
+    }
+    for (i, (l, slot)) in limiters.iter_mut().zip(slots.iter_mut()).enumerate() {
+        let Some(d) = decisions.get_mut(i) else {
+            continue;
+        };
+        if l.cost() == 0 {
+            entries.push(l.entry(*d, None));
+            committed.push(None);
+            continue;
+        }
+        let c = l.commit(slot, now).map_err(|e| (i, e))?;
+        *d = d.resetting_at(c.empty_at, now);
+        entries.push(l.entry(*d, Some(&c.reply)));
+        committed.push(Some(c));
+    }
+    Ok(Outcome {
+        decision: combine(&decisions),
+        entries,
+        committed,
+    })
 }
 
 /// `RL.ALL`'s metadata and counters.
@@ -466,10 +622,12 @@ pub fn combine(decisions: &[Decision]) -> Decision {
     let allowed = decisions.iter().all(|d| d.allowed);
     let reset_after_ms = decisions.iter().map(|d| d.reset_after_ms).max();
     let decided = if allowed {
-        let least = decisions.iter().fold(None::<&Decision>, |best, d| match best {
-            Some(b) if b.remaining <= d.remaining => Some(b),
-            _ => Some(d),
-        });
+        let least = decisions
+            .iter()
+            .fold(None::<&Decision>, |best, d| match best {
+                Some(b) if b.remaining <= d.remaining => Some(b),
+                _ => Some(d),
+            });
         least.map(|d| Decision {
             retry_after: longest_wait(decisions.iter()).map_or(Wait::None, |w| w.retry_after),
             ..*d

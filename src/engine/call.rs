@@ -234,5 +234,5 @@ fn retry_after(reply: &Reply) -> Option<Wait> {
 }
 
 fn server_now() -> Millis {
-    u64::try_from(crate::rm::key::now_ms()).unwrap_or(0)
+    u64::try_from(crate::rm::api::now_ms()).unwrap_or(0)
 }

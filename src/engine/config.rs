@@ -25,7 +25,9 @@ pub fn now_max_ahead_ms() -> Option<u64> {
 /// error names what is wrong, for the log, and the module does not load.
 fn from_args(args: &[RedisString]) -> Result<i64, String> {
     let mut now_max_ahead = None;
-    let mut words = args.iter().map(|a| String::from_utf8_lossy(a.as_slice()).into_owned());
+    let mut words = args
+        .iter()
+        .map(|a| String::from_utf8_lossy(a.as_slice()).into_owned());
     while let Some(name) = words.next() {
         let short = name.strip_prefix("ratelimit.").unwrap_or(&name);
         if !short.eq_ignore_ascii_case(NOW_MAX_AHEAD_NAME) {
@@ -35,7 +37,9 @@ fn from_args(args: &[RedisString]) -> Result<i64, String> {
             ));
         }
         let Some(value) = words.next() else {
-            return Err(format!("{NOW_MAX_AHEAD_NAME} on the loadmodule line needs a value"));
+            return Err(format!(
+                "{NOW_MAX_AHEAD_NAME} on the loadmodule line needs a value"
+            ));
         };
         let v = value
             .parse::<i64>()
@@ -48,7 +52,9 @@ fn from_args(args: &[RedisString]) -> Result<i64, String> {
                 )
             })?;
         if now_max_ahead.replace(v).is_some() {
-            return Err(format!("{NOW_MAX_AHEAD_NAME} is given twice on the loadmodule line"));
+            return Err(format!(
+                "{NOW_MAX_AHEAD_NAME} is given twice on the loadmodule line"
+            ));
         }
     }
     Ok(now_max_ahead.unwrap_or(NOW_MAX_AHEAD_DEFAULT))

@@ -3,6 +3,7 @@
 //! generic layers do the rest as for any command.
 
 use redis_module::Context;
+use smallvec::SmallVec;
 
 use super::{catalog, clock, key_arg, replicate_expiry, settle};
 use crate::core::args::{self, Opt, COST, NOW};
@@ -27,8 +28,11 @@ pub struct KindEntry {
     pub command: &'static str,
     peek: fn(&mut Key, Clock, u64) -> Result<Reply, Error>,
     empty_at: fn(&mut Key) -> Result<Option<Millis>, Error>,
-    change: fn(&Context, Arg, &mut Key, &Opts, Clock, Mode, bool) -> Result<Reply, Error>,
+    change: ChangeFn,
 }
+
+/// `RL.REFUND` (false) or `RL.CHARGE` (true) on a key of one kind.
+type ChangeFn = fn(&Context, Arg, &mut Key, &Opts, Clock, Mode, bool) -> Result<Reply, Error>;
 
 impl KindEntry {
     /// The entry of kind `K`.
@@ -50,6 +54,7 @@ pub struct Opts {
 
 const OPTIONS: [Opt; 2] = [COST, NOW];
 
+#[inline(always)]
 fn parse(words: &[&[u8]], cost_default: u64) -> Result<(Opts, bool), Error> {
     let given = args::options(words, &OPTIONS)?;
     Ok((
@@ -61,12 +66,17 @@ fn parse(words: &[&[u8]], cost_default: u64) -> Result<(Opts, bool), Error> {
     ))
 }
 
-/// The words after the key.
-fn words(args: &[Arg]) -> Result<Vec<&[u8]>, Error> {
-    match args.get(2..) {
-        Some(rest) => Ok(rest.iter().map(Arg::as_bytes).collect()),
-        None => Err(Error::Arity),
+/// The words after the key (on the stack: a call takes at most a few).
+#[inline(always)]
+fn words(args: &[Arg]) -> Result<SmallVec<[&[u8]; 6]>, Error> {
+    let Some(rest) = args.get(2..) else {
+        return Err(Error::Arity);
+    };
+    let mut words = SmallVec::new();
+    for a in rest {
+        words.push(a.as_bytes());
     }
+    Ok(words)
 }
 
 /// The kind's entry for the key `key` holds, `None` for a missing key.
@@ -198,7 +208,9 @@ pub fn refund_or_charge(
 ) -> Result<Reply, Error> {
     let (opts, has_cost) = parse(words, args::COST_DEFAULT)?;
     if charge && !has_cost {
-        return Err(Error::Invalid("RL.CHARGE needs COST n, the units to record"));
+        return Err(Error::Invalid(
+            "RL.CHARGE needs COST n, the units to record",
+        ));
     }
     let clock = clock(ctx, opts.now, mode)?;
     let mut key = Key::open(ctx, name, true);
@@ -278,14 +290,18 @@ impl Handler for Peek {
     }
 
     fn run(ctx: &Context, args: &[Arg]) -> Result<Answer, Error> {
-        let (opts, _) = parse(&words(args)?, 0)?;
+        // Most calls give no option: nothing to parse.
+        let (opts, _) = match args.len() {
+            2 => (Opts { cost: 0, now: None }, false),
+            _ => parse(&words(args)?, 0)?,
+        };
         let clock = clock(ctx, opts.now, Mode::Decide)?;
         let mut key = Key::open(ctx, key_arg(args)?, false);
-        let reply = match entry(&key)? {
-            Some(entry) => (entry.peek)(&mut key, clock, opts.cost)?,
-            None => Reply::Nil,
+        // A missing key, the common case of a first call: nothing to look up.
+        let Some(entry) = entry(&key)? else {
+            return Ok(Answer::One(Reply::Nil));
         };
-        Ok(Answer::One(reply))
+        Ok(Answer::One((entry.peek)(&mut key, clock, opts.cost)?))
     }
 }
 
@@ -318,4 +334,43 @@ impl Handler for Charge {
 /// The generic commands' counters, for `INFO ratelimit`.
 pub fn infos() -> [&'static Info; 3] {
     [&PEEK_INFO, &REFUND_INFO, &CHARGE_INFO]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::args::{words, COST_MAX};
+    use crate::core::MAX_TIMESTAMP;
+
+    #[test]
+    fn options_of_peek_refund_and_charge() {
+        let (o, has_cost) = parse(&words("COST 3 NOW 5"), 1).unwrap();
+        assert_eq!((o.cost, o.now, has_cost), (3, Some(5), true));
+        let (o, has_cost) = parse(&[], 0).unwrap();
+        assert_eq!((o.cost, o.now, has_cost), (0, None, false));
+        assert_eq!(
+            parse(&[b"NOW", b" 5"], 1).err(),
+            Some(Error::Range {
+                arg: "NOW",
+                min: 0,
+                max: MAX_TIMESTAMP
+            })
+        );
+        assert_eq!(
+            parse(&[b"cost", b"18446744073709551615"], 1).err(),
+            Some(Error::Range {
+                arg: "COST",
+                min: 0,
+                max: COST_MAX
+            })
+        );
+        assert_eq!(
+            parse(&words("BURST 1"), 0).err(),
+            Some(Error::UnknownOption("BURST".into()))
+        );
+        assert_eq!(
+            parse(&words("NOW"), 0).err(),
+            Some(Error::MissingValue("NOW"))
+        );
+    }
 }

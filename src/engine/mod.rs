@@ -43,8 +43,8 @@ use redis_module::{Context, ContextFlags};
 use crate::core::error::Error;
 use crate::core::kind::{Clock, Command, Mode, Reply};
 use crate::core::Millis;
-use crate::rm::api::{self, Acl, Arg, Handler};
-use crate::rm::key::{now_ms, Key};
+use crate::rm::api::{self, now_ms, Acl, Arg, Handler};
+use crate::rm::key::Key;
 
 pub use all::KindSpec;
 pub use generic::KindEntry;
@@ -71,12 +71,18 @@ pub struct CommandEntry {
     /// Its effect's compact code (0: textual).
     pub effect_code: u8,
     /// Applies (or checks) an effect of it on a key: `RL.APPLY`.
-    pub apply: fn(&Context, Arg, &[&[u8]], Mode) -> Result<Reply, Error>,
+    pub apply: ApplyFn,
     /// Its place among `RL.ALL`'s limiters, if it has one.
     pub spec: Option<KindSpec>,
     /// Registers it with the server.
-    pub register: fn(&Context, Option<&str>) -> Option<Acl>,
+    pub register: RegisterFn,
 }
+
+/// Applies (or checks) an effect on a key: the words after the command's name.
+pub type ApplyFn = fn(&Context, Arg, &[&[u8]], Mode) -> Result<Reply, Error>;
+
+/// Registers a command, `Some` with how far its ACL categories could be set.
+pub type RegisterFn = fn(&Context, Option<&str>) -> Option<Acl>;
 
 impl CommandEntry {
     /// The entry of command `C`.
@@ -95,10 +101,12 @@ impl CommandEntry {
 }
 
 /// Registers every command: the kinds' and the generic ones. `own` is the module's ACL
-/// category, when the server has it. Returns how far the commands' ACL categories could be
+/// category, when the server has it. A kind's command outside the `RL.` names is a drop-in
+/// for another module's (`CL.THROTTLE`, redis-cell's): when that module holds the name
+/// already, the module loads without it, saying so in the log. Returns how far the commands' ACL categories could be
 /// set (the least of them); `None`, logged, when a command could not be registered.
 pub fn register(ctx: &Context, own: Option<&str>) -> Option<Acl> {
-    let generic: [(&str, fn(&Context, Option<&str>) -> Option<Acl>); 6] = [
+    let generic: [(&str, RegisterFn); 6] = [
         (generic::Peek::INFO.name, api::register::<generic::Peek>),
         (generic::Refund::INFO.name, api::register::<generic::Refund>),
         (generic::Charge::INFO.name, api::register::<generic::Charge>),
@@ -111,6 +119,12 @@ pub fn register(ctx: &Context, own: Option<&str>) -> Option<Acl> {
     for (name, register) in kinds.chain(generic) {
         match register(ctx, own) {
             Some(acl) => least = least.max(acl),
+            // A drop-in for another module's command (`CL.THROTTLE`, redis-cell's) whose
+            // name that module holds already: the module loads without it.
+            None if !name.starts_with("RL.") => ctx.log_warning(&format!(
+                "ratelimit: {name} is taken (by another module loaded before, such as \
+                 redis-cell): loaded without it"
+            )),
             None => {
                 ctx.log_warning(&format!("ratelimit: could not register {name}"));
                 return None;

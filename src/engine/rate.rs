@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 use crate::core::args::Grammar;
 use crate::core::effect::Out;
 use crate::core::error::Error;
-use crate::core::kind::{Change, Clock, Command, Mode, Ran, RateCall, Rate, Reply};
+use crate::core::kind::{Change, Clock, Command, Mode, Ran, Rate, RateCall, Reply};
 use crate::core::limit::Limit;
 use crate::core::meta::Info;
 use crate::core::{Decision, Millis};
@@ -22,7 +22,7 @@ impl<K: Rate> Command for RateCommand<K> {
     type Call<'a> = RateCall<K::Args>;
 
     #[inline(always)]
-    fn parse<'a>(words: &[&'a [u8]], _effect: bool) -> Result<RateCall<K::Args>, Error> {
+    fn parse(words: &[&[u8]], _effect: bool) -> Result<RateCall<K::Args>, Error> {
         K::parse(words)
     }
 

@@ -111,6 +111,9 @@ mod tests {
     use super::*;
     use crate::core::args::words;
     use crate::core::kind::Kind;
+    use crate::core::limit::{charge, fuzz};
+    use crate::core::MAX_TIMESTAMP;
+    use proptest::prelude::*;
 
     /// Version 1, committed: latest 1000, a debt of 4500 ticks, 4 per second, MAXDELAY 800.
     const V1: &[u8] = &[232, 7, 148, 35, 4, 232, 7, 1, 160, 6];
@@ -152,5 +155,25 @@ mod tests {
         let n = bad.len();
         bad[n - 2..].copy_from_slice(&[233, 7]);
         assert!(Leaky::decode(3, &mut Reader::new(&bad)).is_err());
+    }
+
+    proptest! {
+        /// `Limit::charge` on the bucket (a token bucket when `max_delay_ms` is 0).
+        #[test]
+        fn buckets(limit in 1u64..20, window_ms in 1u64..1000, burst in 1u64..20,
+                   max_delay_ms in 0u64..500, ops in charge::ops()) {
+            let p = Params { limit, window_ms, burst, max_delay_ms };
+            charge::check(Leaky::fresh(&p), &p, &ops);
+        }
+
+        #[test]
+        fn fuzz_any_arguments_parse_to_valid_requests_or_errors(words in fuzz::words()) {
+            let words: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
+            if let Ok(r) = Leaky::parse(&words) {
+                prop_assert!(r.params.max_delay_ms <= MAX_WINDOW_MS);
+                prop_assert!(r.params.valid());
+                prop_assert!(r.now.is_none_or(|t| t <= MAX_TIMESTAMP));
+            }
+        }
     }
 }

@@ -100,7 +100,10 @@ mod tests {
     use super::*;
     use crate::core::args::words;
     use crate::core::kind::{Compact, Kind};
-    use crate::core::limit::Limit;
+    use crate::core::limit::charge::T0;
+    use crate::core::limit::{fuzz, Limit};
+    use crate::core::MAX_TIMESTAMP;
+    use proptest::prelude::*;
 
     /// Version 1, committed: latest 1000, a debt of 4500 ticks.
     const V1: &[u8] = &[232, 7, 148, 35, 10, 232, 7, 5, 0];
@@ -120,6 +123,8 @@ mod tests {
         for (line, want) in [
             ("4 1000 MAXDELAY 5", Error::UnknownOption("MAXDELAY".into())),
             ("4 1000 ALIGN", Error::UnknownOption("ALIGN".into())),
+            // ALIGN is RL.FIXED's flag.
+            ("100 60000 ALIGN", Error::UnknownOption("ALIGN".into())),
             (
                 "2147483648 1000",
                 Error::Range {
@@ -175,5 +180,37 @@ mod tests {
             Token::decode_state(&mut Reader::new(&whole)),
             Some((latest, debt))
         );
+    }
+
+    #[test]
+    fn a_charge_beyond_the_limit_refuses_until_it_has_drained() {
+        let p = Params {
+            limit: 10,
+            window_ms: 1000,
+            burst: 10,
+            max_delay_ms: 0,
+        };
+        let mut g = Token::fresh(&p);
+        let d = Limit::charge(&mut g, T0, &p, 25).unwrap();
+        // 25 units at 100 ms each: one more fits once 16 have drained, 1,600 ms on.
+        assert_eq!(d.as_reply(), [1, 10, 0, 1600, 2500]);
+        assert!(!g.evaluate(T0 + 1599, &p, 1).allowed);
+        assert!(g.evaluate(T0 + 1600, &p, 1).allowed);
+        // A charge past 2^64 ticks does not fit and changes nothing.
+        let before = g.clone();
+        assert_eq!(Limit::charge(&mut g, T0, &p, u64::MAX / 100), None);
+        assert_eq!(g, before);
+    }
+
+    proptest! {
+        #[test]
+        fn fuzz_any_arguments_parse_to_valid_requests_or_errors(words in fuzz::words()) {
+            let words: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
+            if let Ok(r) = Token::parse(&words) {
+                prop_assert!(r.params.limit <= MAX_RATE_LIMIT && r.params.burst >= 1);
+                prop_assert!(r.params.valid() && r.params.max_delay_ms == 0);
+                prop_assert!(r.now.is_none_or(|t| t <= MAX_TIMESTAMP));
+            }
+        }
     }
 }

@@ -53,12 +53,13 @@ impl Arg {
 /// The entries of `RL.ALL`'s answer kept on the stack.
 pub const ALL_INLINE: usize = 4;
 
-/// What a command answers, as the dispatcher counts and writes it.
+/// What a command answers, as the dispatcher counts and writes it. Kept small (every call
+/// returns one): a command whose reply has many parts writes it itself ([`reply_all`]).
 pub enum Answer {
     /// One reply.
     One(Reply),
-    /// `RL.ALL`'s: the five fields of the call, then each limiter's entry in key order.
-    All(Decision, SmallVec<[Reply; ALL_INLINE]>),
+    /// Written already ([`reply_all`]): whether it allowed, for the counters.
+    Written(bool),
     /// The client is blocked: it is answered later, and counted then.
     Blocked,
 }
@@ -69,7 +70,7 @@ impl Answer {
     fn allowed(&self) -> bool {
         match self {
             Answer::One(r) => allowed(r),
-            Answer::All(d, _) => d.allowed,
+            Answer::Written(allowed) => *allowed,
             Answer::Blocked => true,
         }
     }
@@ -139,24 +140,30 @@ unsafe fn answer(ctx: *mut raw::RedisModuleCtx, a: &Answer) {
     unsafe {
         match a {
             Answer::One(r) => reply(ctx, r),
-            Answer::All(d, each) => {
-                // The five fields of the call, then one array per limiter: a client that
-                // reads the first five reads it as any RL.* reply.
-                if let (Some(array), Some(long_long)) = (
-                    raw::RedisModule_ReplyWithArray,
-                    raw::RedisModule_ReplyWithLongLong,
-                ) {
-                    array(ctx, 5 + each.len() as std::os::raw::c_long);
-                    for v in d.as_reply() {
-                        long_long(ctx, v);
-                    }
-                    for r in each {
-                        reply(ctx, r);
-                    }
-                }
+            // Written by the command; or answered later, from the blocked client's reply
+            // callback.
+            Answer::Written(_) | Answer::Blocked => {}
+        }
+    }
+}
+
+/// Writes `RL.ALL`'s reply: the five fields of the call, then one array per limiter (a
+/// client that reads the first five reads it as any `RL.*` reply). The command then answers
+/// [`Answer::Written`].
+pub fn reply_all(ctx: &Context, d: &Decision, each: &[Reply]) {
+    // SAFETY: ctx is the context of the command being answered, which may reply.
+    unsafe {
+        if let (Some(array), Some(long_long)) = (
+            raw::RedisModule_ReplyWithArray,
+            raw::RedisModule_ReplyWithLongLong,
+        ) {
+            array(ctx.ctx, 5 + each.len() as std::os::raw::c_long);
+            for v in d.as_reply() {
+                long_long(ctx.ctx, v);
             }
-            // Answered later, from the blocked client's reply callback.
-            Answer::Blocked => {}
+            for r in each {
+                reply(ctx.ctx, r);
+            }
         }
     }
 }
@@ -173,6 +180,11 @@ pub trait Handler: 'static {
     /// ([`Keys::Counted`]): asked by Redis for routing, ACL and `COMMAND GETKEYS`.
     fn keys(_args: &[Arg]) -> std::ops::Range<usize> {
         0..0
+    }
+    /// The choices of its argument of kind `OneOf` whose choices its metadata leaves to
+    /// the load (`RL.ALL`'s limiters: the kinds that may be one).
+    fn choices() -> &'static [crate::core::meta::Arg] {
+        &[]
     }
 }
 
@@ -396,6 +408,7 @@ pub fn replicate_effects(ctx: &Context, changes: &[(Arg, &[u8])]) {
 
 /// Propagates `PEXPIREAT key at` to replicas and the AOF.
 pub fn replicate_expire_at(ctx: &Context, key: Arg, at: u64) {
+    // SAFETY: reading the API function pointer the server filled in at load time.
     let Some(rep) = (unsafe { raw::RedisModule_Replicate }) else {
         return;
     };
@@ -461,7 +474,7 @@ pub fn register<H: Handler>(ctx: &Context, own: Option<&str>) -> Option<Acl> {
         own,
         range,
     )?;
-    super::cmdinfo::set(ctx, info);
+    super::cmdinfo::set(ctx, info, H::choices());
     Some(acl)
 }
 
@@ -723,4 +736,10 @@ impl Count for crate::core::meta::Stats {
     fn count(&self, outcome: Option<bool>) {
         crate::core::meta::Stats::count(self, outcome);
     }
+}
+
+/// The server's clock in Unix milliseconds.
+pub fn now_ms() -> i64 {
+    // SAFETY: Milliseconds takes no arguments and exists on every supported server.
+    unsafe { raw::RedisModule_Milliseconds.map_or(0, |f| f()) }
 }

@@ -19,13 +19,12 @@ use std::ffi::c_void;
 use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering::Relaxed};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use redis_module::{raw, Context, ContextFlags};
 
-use super::api::{self, Arg, Count};
-use super::key::now_ms;
+use super::api::{self, now_ms, Arg, Count};
 use crate::core::error::Error;
 use crate::core::kind::Reply;
 use crate::core::Millis;
@@ -89,9 +88,15 @@ fn waiting() -> MutexGuard<'static, Waiting> {
 
 /// Whether calls wait on the key `key` of database `db`.
 pub fn has_waiters(db: i32, key: &[u8]) -> bool {
+    if WAITERS.load(Relaxed) == 0 {
+        return false;
+    }
     let w = waiting();
     !w.queues.is_empty() && w.queues.contains_key(&(db, key.to_vec()))
 }
+
+/// Calls waiting on any key: what every call checks first, without a lock.
+static WAITERS: AtomicUsize = AtomicUsize::new(0);
 
 impl Waiting {
     /// Takes waiter `serial` out of every list.
@@ -101,6 +106,7 @@ impl Waiting {
         let at = queue.waiters.iter().position(|w| w.serial == serial)?;
         let waiter = queue.waiters.remove(at)?;
         self.by_client.remove(&(waiter.bc as usize));
+        WAITERS.fetch_sub(1, Relaxed);
         Some((key, waiter))
     }
 }
@@ -139,6 +145,7 @@ pub fn wait(
         let mut w = waiting();
         w.by_serial.insert(serial, key.clone());
         w.by_client.insert(bc as usize, serial);
+        WAITERS.fetch_add(1, Relaxed);
         w.queues
             .entry(key.clone())
             .or_default()
@@ -156,7 +163,11 @@ pub fn wait(
 
 /// Serves the waiters of `name` (in the context's database), if it has any: after any
 /// change to the key.
+#[inline]
 pub fn kick(ctx: &Context, name: Arg) {
+    if WAITERS.load(Relaxed) == 0 {
+        return;
+    }
     let key = (api::selected_db(ctx), name.as_bytes().to_vec());
     if has_waiters(key.0, &key.1) {
         serve(ctx, &key);

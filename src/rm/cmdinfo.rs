@@ -28,16 +28,22 @@ impl Strings {
 
 fn build_args(
     args: &[Arg],
+    choices: &[Arg],
     strings: &mut Strings,
     keep: &mut Vec<Vec<raw::RedisModuleCommandArg>>,
 ) -> *mut raw::RedisModuleCommandArg {
     let mut out: Vec<raw::RedisModuleCommandArg> = args
         .iter()
         .map(|a| {
-            let subargs = if a.sub.is_empty() {
+            // A choice among arguments given at load (`choices`) when its metadata has none.
+            let sub = match (a.kind, a.sub) {
+                (ArgKind::OneOf, []) => choices,
+                (_, sub) => sub,
+            };
+            let subargs = if sub.is_empty() {
                 ptr::null_mut()
             } else {
-                build_args(a.sub, strings, keep)
+                build_args(sub, &[], strings, keep)
             };
             let mut flags = 0;
             if a.optional {
@@ -81,9 +87,10 @@ fn build_args(
     p
 }
 
-/// Sets the metadata of an already registered command. Returns false (and logs) where the
+/// Sets the metadata of an already registered command, `choices` the choices of its
+/// argument of kind `OneOf` whose metadata has none. Returns false (and logs) where the
 /// server refuses it; the command still works then, with generic metadata.
-pub fn set(ctx: &Context, info: &Info) -> bool {
+pub fn set(ctx: &Context, info: &Info, choices: &[Arg]) -> bool {
     let keys = info.keys;
     // SAFETY: reading the API function pointers the server filled in at load time.
     let api = unsafe { (raw::RedisModule_GetCommand, raw::RedisModule_SetCommandInfo) };
@@ -98,7 +105,7 @@ pub fn set(ctx: &Context, info: &Info) -> bool {
         return false;
     }
     let mut keep = Vec::new();
-    let args = build_args(info.args, &mut strings, &mut keep);
+    let args = build_args(info.args, choices, &mut strings, &mut keep);
     let key_flags = if info.read_only() {
         raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS
     } else {

@@ -158,7 +158,9 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
             return;
         };
         // The encoding is canonical, so equal states digest equally on every server.
-        storage::with_encoding(value, &mut |bytes| add(md, bytes.as_ptr().cast(), bytes.len()));
+        storage::with_encoding(value, &mut |bytes| {
+            add(md, bytes.as_ptr().cast(), bytes.len())
+        });
         end(md);
     })
 }

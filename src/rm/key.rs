@@ -6,7 +6,7 @@ use std::os::raw::c_int;
 
 use redis_module::{raw, Context};
 
-use super::api::Arg;
+use super::api::{now_ms, Arg};
 use super::datatype::LIMITER_TYPE;
 use super::storage::{self, Held, MaybeBlock, MaybeCompact, Raw, Stored};
 use crate::core::error::Error;
@@ -140,6 +140,7 @@ impl<'a> Key<'a> {
     /// any previous one. Redis drops the TTL.
     pub fn set_raw(&self, value: Raw) -> Result<(), Error> {
         // `let ... else` rather than `ok_or` (see `raw`).
+        // SAFETY: reading the API function pointer the server filled in at load time.
         let Some(set_value) = (unsafe { raw::RedisModule_ModuleTypeSetValue }) else {
             // SAFETY: not taken by Redis: still ours to free.
             unsafe { storage::free(value) };
@@ -259,10 +260,4 @@ unsafe fn replace_value(key: *mut std::ffi::c_void, new: *mut std::ffi::c_void) 
     // caller frees.
     let status = unsafe { replace(key.cast(), *LIMITER_TYPE.raw_type.borrow(), new, &mut old) };
     status == raw::REDISMODULE_OK as c_int
-}
-
-/// The server's clock in Unix milliseconds.
-pub fn now_ms() -> i64 {
-    // SAFETY: Milliseconds takes no arguments and exists on every supported server.
-    unsafe { raw::RedisModule_Milliseconds.map_or(0, |f| f()) }
 }

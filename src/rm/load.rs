@@ -55,7 +55,8 @@ pub unsafe fn on_load(
             log_warning(
                 ctx,
                 "ratelimit: a module named 'ratelimit' is loaded already (see MODULE LIST): \
-                 a server loads it once; MODULE UNLOAD ratelimit first to load another build",
+                 a server loads it once and keeps it (a module with a data type cannot be \
+                 unloaded): restart the server to load another build",
             );
         } else {
             log_warning(ctx, "ratelimit: the server refused RedisModule_Init");
@@ -86,7 +87,8 @@ pub fn load_configs(ctx: &Context) -> bool {
 
 extern "C" fn info_callback(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: c_int) {
     if let Some(info) = INFO.get() {
-        let guarded = std::panic::catch_unwind(|| info(&InfoContext::new(ctx), for_crash_report != 0));
+        let guarded =
+            std::panic::catch_unwind(|| info(&InfoContext::new(ctx), for_crash_report != 0));
         if guarded.is_err() {
             redis_module::logging::log_warning("ratelimit: internal error in INFO");
         }
@@ -108,8 +110,9 @@ macro_rules! module {
             argv: *mut *mut redis_module::raw::RedisModuleString,
             argc: std::os::raw::c_int,
         ) -> std::os::raw::c_int {
+            let (version, init, info) = ($version, $init, $info);
             // SAFETY: as Redis calls OnLoad.
-            unsafe { $crate::rm::load::on_load(ctx, argv, argc, $version, $init, $info) }
+            unsafe { $crate::rm::load::on_load(ctx, argv, argc, version, init, info) }
         }
     };
 }

@@ -12,11 +12,12 @@
 //! - [`block`]: calls that wait (`BLOCK`), with blocked clients and timers.
 
 pub mod api;
+pub mod arena;
 pub mod block;
 pub mod cmdinfo;
 pub mod datatype;
 pub mod freer;
 pub mod intern;
-pub mod load;
 pub mod key;
+pub mod load;
 pub mod storage;

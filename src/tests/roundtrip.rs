@@ -17,11 +17,11 @@
 //! own path, `RL.ALL`'s evaluate, check and commit), and the replica applies the effects'
 //! words as `RL.APPLY` does (parsed by the command, run in `Mode::Apply`).
 
-use std::any::Any;
 use std::collections::BTreeMap;
-use std::fmt::Debug;
 
 use proptest::prelude::*;
+
+use super::State;
 
 use crate::core::effect::{self, Compact, Line, Words};
 use crate::core::error::Error;
@@ -36,7 +36,6 @@ use crate::kinds::slide::SlidingLog;
 use crate::kinds::subwin::SubWindow;
 use crate::kinds::throttle::Throttle;
 use crate::kinds::token::Token;
-use crate::rm::storage;
 
 const T0: Millis = 1_700_000_000_000;
 const DAY31: u64 = 31 * 24 * 3600 * 1000;
@@ -198,60 +197,6 @@ fn step() -> impl Strategy<Value = i64> {
     ]
 }
 
-
-/// A key's state, whatever its kind.
-trait State: Debug {
-    fn as_any(&self) -> &dyn Any;
-    fn boxed(&self) -> Box<dyn State>;
-    /// Its encoding, version and kind bytes first (what RDB holds).
-    fn bytes(&self) -> Vec<u8>;
-    fn empty_at(&self) -> Option<Millis>;
-    fn latest(&self) -> Millis;
-    fn charge(&mut self, now: Millis, units: u64) -> Result<Option<Decision>, Error>;
-    fn can_charge(&self, now: Millis, units: u64) -> Result<bool, Error>;
-    fn refund(&mut self, now: Millis, units: u64) -> Result<Decision, Error>;
-    /// Its encodings through every form a key gives it.
-    fn through_keys(&self) -> Result<Vec<Vec<u8>>, String>;
-}
-
-impl<K: Storable> State for K {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn boxed(&self) -> Box<dyn State> {
-        Box::new(self.clone())
-    }
-    fn bytes(&self) -> Vec<u8> {
-        let mut out = vec![K::VERSION, K::CODE];
-        self.encode(&mut out);
-        out
-    }
-    fn empty_at(&self) -> Option<Millis> {
-        Kind::empty_at(self)
-    }
-    fn latest(&self) -> Millis {
-        Kind::latest(self)
-    }
-    fn charge(&mut self, now: Millis, units: u64) -> Result<Option<Decision>, Error> {
-        Kind::charge(self, now, units)
-    }
-    fn can_charge(&self, now: Millis, units: u64) -> Result<bool, Error> {
-        Kind::can_charge(self, now, units)
-    }
-    fn refund(&mut self, now: Millis, units: u64) -> Result<Decision, Error> {
-        Kind::refund(self, now, units)
-    }
-    fn through_keys(&self) -> Result<Vec<Vec<u8>>, String> {
-        storage::encodings_through_keys(self, &self.bytes()).map_err(|e| e.0.to_string())
-    }
-}
-
-impl Clone for Box<dyn State> {
-    fn clone(&self) -> Self {
-        self.boxed()
-    }
-}
-
 type Db = BTreeMap<u8, Box<dyn State>>;
 
 /// The state of kind `K` the key holds (a copy); an error for another kind.
@@ -284,7 +229,11 @@ fn effect_of<C: Command>(call: &C::Call<'_>, reply: &Reply, at: Millis) -> Vec<u
         if let Some(bytes) = compact.as_bytes() {
             let expanded = effect::expand(bytes, crate::engine::effect_command)
                 .expect("a compact effect expands");
-            assert_eq!(expanded.as_bytes(), Some(&text[..]), "compact and text agree");
+            assert_eq!(
+                expanded.as_bytes(),
+                Some(&text[..]),
+                "compact and text agree"
+            );
         }
     }
     text

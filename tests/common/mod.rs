@@ -3,6 +3,12 @@
 //! would bring in the Redis allocator, which aborts outside a server.
 #![allow(dead_code)] // each test file uses a different part of this
 
+// What the parts of one concern, split over several test files, share.
+pub mod cluster;
+pub mod durability;
+pub mod leases;
+pub mod roundtrip;
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -69,6 +75,8 @@ pub struct Server {
     pub port: u16,
     pub dir: PathBuf,
     args: Vec<String>,
+    /// Another module to load instead of this one (a peer's, to compare with).
+    other_module: Option<PathBuf>,
     child: Option<Child>,
     /// Only the first owner of a directory removes it.
     owns_dir: bool,
@@ -81,6 +89,15 @@ impl Server {
         Server::start_with_files(&[], extra)
     }
 
+    /// A server with another module than this one loaded (a peer's, to compare with).
+    pub fn start_with_module(module: &std::path::Path) -> Server {
+        let n = NEXT_DIR.fetch_add(1, Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("rl-test-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("test dir");
+        Server::start_in(dir, &[], true, Some(module.to_path_buf()))
+    }
+
     /// Like [`Server::start`], with `(source, name)` files copied into its directory first
     /// (an RDB to load, say).
     pub fn start_with_files(files: &[(&str, &str)], extra: &[&str]) -> Server {
@@ -91,10 +108,15 @@ impl Server {
         for (source, name) in files {
             std::fs::copy(source, dir.join(name)).expect("copy a file into the test dir");
         }
-        Server::start_in(dir, extra, true)
+        Server::start_in(dir, extra, true, None)
     }
 
-    fn start_in(dir: PathBuf, extra: &[&str], owns_dir: bool) -> Server {
+    fn start_in(
+        dir: PathBuf,
+        extra: &[&str],
+        owns_dir: bool,
+        other_module: Option<PathBuf>,
+    ) -> Server {
         let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         // A port can be taken between probing and binding: try a few.
         for _ in 0..5 {
@@ -103,6 +125,7 @@ impl Server {
                 port,
                 dir: dir.clone(),
                 args: args.clone(),
+                other_module: other_module.clone(),
                 child: None,
                 owns_dir,
             };
@@ -118,7 +141,7 @@ impl Server {
     }
 
     fn spawn(&mut self) -> bool {
-        let module = module_path();
+        let module = self.other_module.clone().unwrap_or_else(module_path);
         let mut cmd = Command::new("redis-server");
         cmd.arg("--port")
             .arg(self.port.to_string())
@@ -139,7 +162,8 @@ impl Server {
             .args(&self.args);
         // Tests drive time through NOW, ahead of the server clock: no bound on how far,
         // unless the test sets one (tests/clock.rs checks the default).
-        if !self.args.iter().any(|a| a.contains("now-max-ahead-ms")) {
+        if self.other_module.is_none() && !self.args.iter().any(|a| a.contains("now-max-ahead-ms"))
+        {
             cmd.arg(format!("--{NOW_MAX_AHEAD}")).arg("-1");
         }
         cmd.stdin(Stdio::null())
@@ -377,7 +401,7 @@ pub fn info_field(c: &mut Connection, field: &str) -> i64 {
 /// Written here from the format's description, independently of the module's own decoder.
 #[allow(dead_code)]
 pub fn effect_text(effect: &[u8]) -> String {
-    const COMMANDS: [&str; 7] = [
+    const COMMANDS: [&str; 8] = [
         "RL.SLIDE",
         "RL.TOKEN",
         "RL.LEAKY",
@@ -385,6 +409,7 @@ pub fn effect_text(effect: &[u8]) -> String {
         "RL.SUBWIN",
         "RL.REFUND",
         "RL.CHARGE",
+        "CL.THROTTLE",
     ];
     const KEYWORDS: [&str; 5] = ["BURST", "MAXDELAY", "COST", "NOW", "ALIGN"];
     let [1, code, rest @ ..] = effect else {

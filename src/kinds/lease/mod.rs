@@ -612,3 +612,6 @@ static EXTEND_INFO: Info = Info {
 };
 
 held_command!(Extend, true, &EXTEND_INFO);
+
+#[cfg(test)]
+mod parse_tests;

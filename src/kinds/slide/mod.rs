@@ -365,3 +365,6 @@ fn get_windows(r: &mut Reader) -> Result<Windows, Malformed> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod rate_tests;

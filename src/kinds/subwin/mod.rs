@@ -160,8 +160,8 @@ impl Rate for SubWindow {
 /// last_used)* nset (back count)*`: only the non-zero counters, oldest first, the first
 /// `back` how many sub-intervals before `L` (the sub-interval of `latest`) it is (at most
 /// the ring's length, and not before sub-interval 0), each next one the number of
-/// sub-intervals skipped since the one before (so strictly newer), every `count` at least
-/// 1. Version 1: `latest limit window_ms resolution_ms count*`, the `n + 1` counters of the
+/// sub-intervals skipped since the one before (so strictly newer), every `count` at
+/// least 1. Version 1: `latest limit window_ms resolution_ms count*`, the `n + 1` counters of the
 /// sub-intervals `L-n ..= L` oldest first. Version 2 is version 1 with the retention after
 /// the parameters (1 to 3 entries, each kept window at least `window_ms`, `last_used` the
 /// last millisecond of a sub-interval not after `latest`'s); the ring then spans the longest

@@ -1,6 +1,9 @@
 //! The sub-interval window on a fake clock, and against its rules.
 
 use super::*;
+use crate::core::error::Error;
+use crate::core::kind::Rate;
+use crate::core::limit::{charge, fuzz};
 use proptest::prelude::*;
 
 const T0: Millis = 1_700_000_000_000; // a multiple of 1000
@@ -472,4 +475,44 @@ proptest! {
         }
         prop_assert_eq!(d.remaining, 1000 - naive.used(now, &params));
     }
+}
+
+proptest! {
+    /// `Limit::charge`: the units count even beyond the limit, and the wait is exact.
+    #[test]
+    fn sub_interval_windows(limit in 1u64..20, n in 1u64..12, resolution_ms in 1u64..100,
+                            ops in charge::ops()) {
+        let p = Params { limit, window_ms: n * resolution_ms, resolution_ms };
+        charge::check(SubWindow::new(&p), &p, &ops);
+    }
+
+    #[test]
+    fn fuzz_any_arguments_parse_to_valid_requests_or_errors(words in fuzz::words()) {
+        let words: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
+        if let Ok(w) = SubWindow::parse(&words) {
+            prop_assert!(w.params.valid());
+            prop_assert!(w.now.is_none_or(|t| t <= MAX_TIMESTAMP));
+        }
+    }
+}
+
+#[rstest::rstest]
+#[case("100 60000", Err(Error::Arity))]
+#[case("100 60000 0", Err(Error::Range { arg: "resolution_ms", min: 1, max: 60000 }))]
+#[case("100 60000 60001", Err(Error::Range { arg: "resolution_ms", min: 1, max: 60000 }))]
+#[case("100 60000 7", Err(Error::Invalid("window_ms must be a multiple of resolution_ms")))]
+#[case(
+    "100 60000 10",
+    Err(Error::Invalid("window_ms / resolution_ms must be at most 4096 sub-intervals"))
+)]
+#[case("100 60000 1000 ALIGN", Err(Error::UnknownOption("ALIGN".into())))]
+#[case("2147483648 60000 1000", Err(Error::Range { arg: "limit", min: 1, max: crate::kinds::subwin::MAX_LIMIT }))]
+#[case("100 4096 1", Ok((100, 4096, 1, 1)))]
+#[case("2147483647 2678400000 2678400000 COST 7", Ok((crate::kinds::subwin::MAX_LIMIT, 2_678_400_000, 2_678_400_000, 7)))]
+fn subwin_arguments(#[case] line: &str, #[case] want: Result<(u64, u64, u64, u64), Error>) {
+    let got = SubWindow::parse(&crate::core::args::words(line)).map(|s| {
+        let p = s.params;
+        (p.limit, p.window_ms, p.resolution_ms, s.cost)
+    });
+    assert_eq!(got, want, "{line}");
 }

@@ -12,7 +12,7 @@
 //! `core::gcra`, the one `RL.TOKEN` runs (a `CL.THROTTLE` bucket is an `RL.TOKEN` one of
 //! `count_per_period` per `period · 1000` ms with a burst of `max_burst + 1`), so its
 //! timing is exact in integer milliseconds, and like every command here it replicates its
-//! decision, not the call (see README, "CL.THROTTLE").
+//! decision, not the call (see `docs/commands.md`, "CL.THROTTLE").
 //!
 //! Effect: `CL.THROTTLE max_burst count period [quantity] NOW at` (the quantity when it is
 //! not 1). Encoding (kind 7): the buckets' version 3, `latest debt limit window_ms burst`.

@@ -5,9 +5,9 @@ use proptest::prelude::*;
 use super::*;
 use crate::core::args::words;
 use crate::core::codec::Reader;
-use crate::core::kind::{Change, Clock, Command, Kind, Mode};
+use crate::core::kind::Kind;
+use crate::core::limit::Limit;
 use crate::core::Millis;
-use crate::engine::rate::RateCommand;
 
 const T0: Millis = 1_700_000_000_000;
 
@@ -46,7 +46,7 @@ impl Cell {
         // Whole seconds as redis-cell rounds them: up when a whole millisecond is left over.
         let seconds = |ticks: u128| {
             let ms = ticks / count;
-            (ms / 1000 + u128::from(ms % 1000 > 0)) as i64
+            (ms / 1000 + u128::from(!ms.is_multiple_of(1000))) as i64
         };
         [
             i64::from(limited),
@@ -58,22 +58,21 @@ impl Cell {
     }
 }
 
-/// The same calls through the command: parse, decide at `now`, record, reply.
+/// The same calls as the command runs them (time never runs back here): parse, decide at
+/// `now`, record when allowed, the reset from the state recorded, reply.
 fn throttle(state: &mut Option<Throttle>, line: &str, now: Millis) -> [i64; 5] {
     let call = Throttle::parse(&words(line)).unwrap();
-    let clock = Clock {
-        caller: now,
-        lag: 0,
-        decided: false,
-    };
-    let ran = RateCommand::<Throttle>::run(state.as_mut(), &call, clock, Mode::Decide).unwrap();
-    if let Change::New(new) = ran.change {
-        *state = Some(new);
+    let p = call.params;
+    let limiter = state.get_or_insert_with(|| Throttle::fresh(&p));
+    let mut d = limiter.evaluate(now, &p, call.cost);
+    if d.allowed && call.cost > 0 {
+        assert!(limiter.record(now, &p, call.cost));
+        d = d.resetting_at(Limit::empty_at(limiter), now);
     }
-    if state.as_ref().is_some_and(|s| s.empty_at().is_none()) {
+    if state.as_ref().is_some_and(|s| Kind::empty_at(s).is_none()) {
         *state = None;
     }
-    match ran.reply {
+    match Throttle::reply(d) {
         Reply::Ints(v) => v,
         other => panic!("{other:?}"),
     }
@@ -160,11 +159,12 @@ fn parses_redis_cells_arguments() {
 
 #[test]
 fn its_effect_parses_back() {
-    use crate::core::effect::Line;
+    use crate::core::effect::{Line, Out};
     for line in ["15 30 60", "15 30 60 3", "0 7 86400 0"] {
         let call = Throttle::parse(&words(line)).unwrap();
         let mut out = Line::new("CL.THROTTLE");
-        RateCommand::<Throttle>::effect(&call, &Reply::Ok, T0, &mut out);
+        Throttle::write_call(&call, &mut out);
+        out.option("NOW", T0);
         let text = String::from_utf8(out.as_bytes().unwrap().to_vec()).unwrap();
         let back = Throttle::parse(&words(&text["CL.THROTTLE ".len()..])).unwrap();
         assert_eq!((back.params, back.cost, back.now), (call.params, call.cost, Some(T0)));

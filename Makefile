@@ -124,6 +124,9 @@ bigkeys: build ## RL.SLIDE keys of 1M to 10M records: SLOWLOG and CPU time per c
 accuracy: build ## RL.SUBWIN against the exact RL.SLIDE on simulated traffic (a table)
 	cargo run --release --example accuracy
 
+top-accuracy: ## RL.TOP's sketch against exact counts on Zipf traffic (a table, docs/accuracy.md)
+	cargo test --release --lib top_accuracy_table -- --ignored --nocapture
+
 fuzz: build ## Long fuzz run of the parsers, of loading damaged payloads and applying damaged effects, and a long round trip (FUZZ_ITERATIONS, ROUNDTRIP_CALLS, PROPTEST_CASES)
 	FUZZ_ITERATIONS=$${FUZZ_ITERATIONS:-100000} cargo test --release --test fuzz -- --nocapture
 	ROUNDTRIP_CALLS=$${ROUNDTRIP_CALLS:-100000} cargo test --release --test roundtrip -- --nocapture

@@ -97,6 +97,9 @@ CASES=(
   "token-hot-allow   | hot                  | 1   | -      | lua-token-hot-allow cl-hot-allow   | 100 | RL.TOKEN tokall 2000000000 1000"
   "token-hot-refuse  | hot                  | 0   | refuse | lua-token-hot-refuse cl-hot-refuse | 100 | RL.TOKEN tok 100 86400000"
   "token-live        | live                 | 1   | live   | lua-token-live cl-live    | 100 | RL.TOKEN k:__rand_int__ 100 86400000"
+  # Refused on random names (-r 1000000000), a cost above the bucket's size: RL.TOP's sketch meets a new name
+  # on almost every call (its most work: the smallest of its counters found and replaced).
+  "token-refuse-spread | hot                | 0   | refuse | token-hot-refuse          | 100 | RL.TOKEN r:__rand_int__ 1 86400000 COST 2"
   "token-new         | new=token-live       | 1   | new    | lua-token-new cl-new      | 100 | RL.TOKEN n:__rand_int__ 100 86400000"
   "leaky-hot-allow   | hot                  | 1   | -      | lua-leaky-hot-allow       | 100 | RL.LEAKY leakall 2000000000 1000"
   "leaky-hot-refuse  | hot                  | 0   | refuse | lua-leaky-hot-refuse      | 100 | RL.LEAKY leak 100 86400000"
@@ -123,6 +126,14 @@ CASES=(
   "acquire-hot-allow  | hot                  | 1   | -      | lua-acquire-hot-allow     | 100 | RL.ACQUIRE semall 1000000000 1 ID __rand_int__"
   "acquire-hot-refuse | hot                  | 0   | refuse | lua-acquire-hot-refuse    | 100 | RL.ACQUIRE semfull 100 86400000 ID __rand_int__"
   "release-live       | fill:RL.ACQUIRE rel 1000000000 86400000 ID __rand_int__ | - | - | zrem-live | 50 | RL.RELEASE rel __rand_int__"
+
+  # RL.HIT under policies of the same limiters as the plain cases (set once, see POLICIES);
+  # `vs`: the plain command with its numbers, which a one-limiter policy must not exceed.
+  "hit-token-hot-allow  | hot              | 1   | -      | token-hot-allow           | 100 | RL.HIT ptok u"
+  "hit-token-hot-refuse | hot              | 0   | refuse | token-hot-refuse          | 100 | RL.HIT ptokr u"
+  "hit-token-live       | live             | 1   | live   | token-live                | 100 | RL.HIT plive k:__rand_int__"
+  "hit-slide-hot-allow  | hot              | 1   | -      | slide-hot-allow           | 100 | RL.HIT pslide u"
+  "hit-all-hot-allow    | hot              | 1   | -      | all-hot-allow             | 100 | RL.HIT pall u COST 4"
 
   "lua-slide-hot-allow    | hot                   | 1 | - |  | 25 | EVALSHA @sliding_log@ 1 hotall 4000000000 1000"
   "lua-slide-hot-refuse   | hot                   | 0 | - |  | 25 | EVALSHA @sliding_log@ 1 hot 100 86400000"
@@ -223,6 +234,24 @@ EXCLUDED='serverCron|acceptTcpHandler|freeClient|configGetCommand'
 start_server 120 "redis-server under valgrind" launch_primary "$TMP/redis.log" "$TMP/valgrind.log"
 log "redis-server $SERVER_VERSION under callgrind on 127.0.0.1:$PORT (pid $SERVER_PID)"
 
+# The policies of the RL.HIT cases (which run when the module has RL.HIT), each the limiters
+# of the plain case it is compared with.
+POLICIES=(
+  "ptok t TOKEN 2000000000 1000"
+  "ptokr t TOKEN 100 86400000"
+  "plive t TOKEN 100 86400000"
+  "pslide s SLIDE 4000000000 1000"
+  "pall r TOKEN 2000000000 1000 COST 1 t TOKEN 2000000000 1000"
+)
+HIT=
+if rcli COMMAND INFO RL.HIT | grep -qi rl.hit; then
+  HIT=1
+  for p in "${POLICIES[@]}"; do
+    # shellcheck disable=SC2086 # (the policy's words)
+    [[ $(rcli RL.POLICY SET $p) == OK ]] || die "RL.POLICY SET $p failed"
+  done
+fi
+
 # ---------------------------------------------------------------------------------------
 # Cases
 # ---------------------------------------------------------------------------------------
@@ -236,6 +265,7 @@ for line in "${CASES[@]}"; do
   [[ $share =~ ^[1-9][0-9]*$ ]] || die "bad n% in case $name: '$share'"
   [[ -z ${INDEX[$name]:-} ]] || die "duplicate case name $name"
   [[ -n $CL_BY || ! $cmd =~ ^CL\. ]] || continue
+  [[ -n $HIT || ! $cmd =~ ^RL\.HIT ]] || continue
   [[ -z $ONLY || $name =~ $ONLY ]] || continue
   INDEX[$name]=${#NAMES[@]}
   NAMES+=("$name") SHAPES+=("$shape") EXPECT+=("$expect") TARGET+=("$target")

@@ -125,6 +125,52 @@ impl FromRedisValue for AllDecision {
     }
 }
 
+/// RL.HIT's reply: the whole call's decision, the limiter that refused (`None` when
+/// allowed), then each limiter's own fields in the policy's order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HitDecision {
+    pub overall: Decision,
+    pub refused_by: Option<String>,
+    pub parts: Vec<Decision>,
+}
+
+impl FromRedisValue for HitDecision {
+    fn from_redis_value(v: &Value) -> RedisResult<HitDecision> {
+        let items = match v {
+            Value::Array(items) if items.len() >= 7 => items,
+            _ => return Err((redis::ErrorKind::TypeError, "not an RL.HIT reply").into()),
+        };
+        let overall = Decision::from_redis_value(&Value::Array(items[..5].to_vec()))?;
+        let refused_by = Option::<String>::from_redis_value(&items[5])?;
+        let parts = items[6..]
+            .iter()
+            .map(Decision::from_redis_value)
+            .collect::<RedisResult<Vec<_>>>()?;
+        Ok(HitDecision {
+            overall,
+            refused_by,
+            parts,
+        })
+    }
+}
+
+/// RL.HIT: one decision under a policy the server keeps (`RL.POLICY SET`), on keys derived
+/// from the subject. (redis-rs's cluster client routes a command it does not know by its
+/// first argument, here the policy: in a cluster, route by the subject's slot yourself.)
+pub fn hit(
+    con: &mut impl ConnectionLike,
+    policy: &str,
+    subject: &str,
+    cost: u64,
+) -> RedisResult<HitDecision> {
+    let mut cmd = redis::cmd("RL.HIT");
+    cmd.arg(policy).arg(subject);
+    if cost != 1 {
+        cmd.arg("COST").arg(cost);
+    }
+    cmd.query(con)
+}
+
 /// A limiter's configuration: its command and the parameters after the key.
 #[derive(Debug, Clone)]
 pub struct Limit {
@@ -620,6 +666,24 @@ mod check {
             .query(con)
             .expect("RL.RELEASE");
         assert!(released.allowed);
+
+        // A policy kept in the server: one request and the tokens, or nothing.
+        let policy = fresh("rs-pol");
+        let _: () = redis::cmd("RL.POLICY")
+            .arg(&["SET", &policy, "rpm", "SLIDE", "2", "60000", "COST", "1"])
+            .arg(&["tpm", "TOKEN", "100", "60000"])
+            .query(con)
+            .expect("RL.POLICY SET");
+        let d = hit(con, &policy, "user:1", 30).expect("RL.HIT");
+        assert!(d.overall.allowed && d.refused_by.is_none(), "{d:?}");
+        let parts: Vec<(u64, u64)> = d.parts.iter().map(|p| (p.limit, p.remaining)).collect();
+        assert_eq!(parts, [(2, 1), (100, 70)]);
+        let d = hit(con, &policy, "user:1", 80).expect("RL.HIT");
+        assert_eq!(d.refused_by.as_deref(), Some("tpm"));
+        let _: i64 = redis::cmd("RL.POLICY")
+            .arg(&["DEL", &policy])
+            .query(con)
+            .expect("RL.POLICY DEL");
 
         let missing: Option<Decision> = redis::cmd("RL.PEEK")
             .arg(fresh("rs:none"))

@@ -26,7 +26,6 @@ mod tests;
 use redis_module::{Context, InfoContext, ModuleOptions, RedisString, Status};
 
 use rm::api::{self, Acl};
-use rm::datatype::LIMITER_TYPE;
 
 /// Unit tests run outside Redis, where the Redis allocator aborts.
 #[cfg(not(test))]
@@ -53,8 +52,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning(&format!("ratelimit: not loaded: {why}"));
         return Status::Err;
     }
-    if LIMITER_TYPE.create_data_type(ctx.ctx).is_err() {
-        ctx.log_warning("ratelimit: not loaded: the server refused the 'ratelimit' data type");
+    if let Err(why) = rm::datatype::create(ctx, engine::policy::aux()) {
+        ctx.log_warning(&format!("ratelimit: not loaded: {why}"));
         return Status::Err;
     }
     if !rm::load::load_configs(ctx) {
@@ -90,6 +89,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
              grant them by name (+rl.slide ...)"
         }
     });
+    // A dataset loaded in place of the server's brings its own policies.
+    api::on_loading_start(ctx, engine::policy::clear);
     rm::block::init(ctx);
     rm::freer::init();
     Status::Ok

@@ -29,9 +29,10 @@ class Decision {
    * @param {number} resetAfterMs until the limiter is empty again (the key's PTTL)
    * @param {Decision[]} parts RL.ALL: each limiter's own five fields, in key order
    * @param {string|Buffer|null} leaseId RL.ACQUIRE, or its entry in RL.ALL: the lease (null if refused)
+   * @param {string|Buffer|null} refusedBy RL.HIT: the policy's limiter that refused (null if allowed)
    */
-  constructor(allowed, limit, remaining, retryAfterMs, resetAfterMs, parts = [], leaseId = null) {
-    Object.assign(this, { allowed, limit, remaining, retryAfterMs, resetAfterMs, parts, leaseId });
+  constructor(allowed, limit, remaining, retryAfterMs, resetAfterMs, parts = [], leaseId = null, refusedBy = null) {
+    Object.assign(this, { allowed, limit, remaining, retryAfterMs, resetAfterMs, parts, leaseId, refusedBy });
     Object.freeze(this);
   }
 
@@ -46,6 +47,12 @@ class Decision {
     const head = reply.slice(0, 5);
     let rest = reply.slice(5);
     if (head.some(Array.isArray)) throw bad('a five-field rate limiter reply');
+    let refusedBy = null;
+    if (rest.length >= 2 && !Array.isArray(rest[0])) {
+      // RL.HIT: the refusing limiter's name (nil when allowed), then each limiter's fields.
+      refusedBy = rest[0];
+      rest = rest.slice(1);
+    }
     let leaseId = null;
     if (rest.length === 1 && !Array.isArray(rest[0])) {
       // RL.ACQUIRE's sixth field: the lease id (nil when refused).
@@ -57,7 +64,7 @@ class Decision {
     }
     const [allowed, limit, remaining, retry, reset] = head.map(Number);
     const parts = rest.map((x) => Decision.fromReply(x));
-    return new Decision(allowed === 1, limit, remaining, retry, reset, parts, leaseId);
+    return new Decision(allowed === 1, limit, remaining, retry, reset, parts, leaseId, refusedBy);
   }
 
   /** Refused for good: the cost is above the limit, waiting does not help. */
@@ -201,20 +208,21 @@ function fromIoredis(client) {
   const { Command } = require('ioredis');
   class KeyedCommand extends Command {
     getKeys() {
-      return [this.args[0]];
+      return [this.args[this.keyAt || 0]];
     }
   }
   const prefix = (client.options && (client.options.keyPrefix || client.options.redisOptions?.keyPrefix)) || '';
-  const send = (words, { readOnly = false } = {}) => {
-    const [name, key, ...rest] = words;
-    const cmd = new KeyedCommand(name, [prefix + key, ...rest], { readOnly });
-    return client.sendCommand(cmd);
+  // keyIndex: the key's place among the words (1; RL.HIT's subject: 2).
+  const command = (words, { readOnly = false, keyIndex = 1 } = {}) => {
+    const [name, ...args] = words;
+    args[keyIndex - 1] = prefix + args[keyIndex - 1];
+    const cmd = new KeyedCommand(name, args, { readOnly });
+    cmd.keyAt = keyIndex - 1;
+    return cmd;
   };
+  const send = (words, opts = {}) => client.sendCommand(command(words, opts));
   /** The same command for a pipeline or MULTI: pipeline.sendCommand(command(words)). */
-  send.command = (words, { readOnly = false } = {}) => {
-    const [name, key, ...rest] = words;
-    return new KeyedCommand(name, [prefix + key, ...rest], { readOnly });
-  };
+  send.command = command;
   return send;
 }
 
@@ -225,12 +233,23 @@ function fromIoredis(client) {
  */
 function fromNodeRedis(client) {
   const isCluster = typeof client.getNodeClientForKey === 'function';
-  return (words, { readOnly = false } = {}) => {
+  return (words, { readOnly = false, keyIndex = 1 } = {}) => {
     const strings = words.map(String);
     return isCluster
-      ? client.sendCommand(strings[1], readOnly, strings)
+      ? client.sendCommand(strings[keyIndex], readOnly, strings)
       : client.sendCommand(strings);
   };
+}
+
+/**
+ * RL.HIT: one decision under a policy the server keeps (RL.POLICY SET), on keys derived from the
+ * subject, over a sender (fromIoredis or fromNodeRedis), routed by the subject in a cluster.
+ * `refusedBy` names the limiter that refused; `parts` holds each limiter's fields.
+ */
+async function hit(send, policy, subject, cost = 1) {
+  const words = ['RL.HIT', policy, subject];
+  if (cost !== 1) words.push('COST', String(cost));
+  return Decision.fromReply(await send(words, { keyIndex: 2 }));
 }
 
 /** A limiter over a sender (fromIoredis or fromNodeRedis). */
@@ -293,6 +312,7 @@ function rateLimit(handler, { limiter, key, cost = () => 1, onError = null }) {
 }
 
 module.exports = {
+  hit,
   NEVER,
   ceilS,
   Decision,

@@ -46,6 +46,7 @@ class Decision:
     reset_after_ms: int  # until the limiter is empty again (the key's PTTL)
     parts: Tuple["Decision", ...] = ()  # RL.ALL: each limiter's own five fields, in key order
     lease_id: Optional[bytes] = None  # RL.ACQUIRE, or its entry in RL.ALL: the lease, None if refused
+    refused_by: Optional[bytes] = None  # RL.HIT: the policy's limiter that refused, None if allowed
 
     @classmethod
     def from_reply(cls, reply) -> Optional["Decision"]:
@@ -58,6 +59,10 @@ class Decision:
         head, rest = reply[:5], reply[5:]
         if any(isinstance(x, (list, tuple)) for x in head):
             raise ValueError(f"not a five-field rate limiter reply: {reply!r}")
+        refused_by = None
+        if len(rest) >= 2 and not isinstance(rest[0], (list, tuple)):
+            # RL.HIT: the refusing limiter's name (nil when allowed), then each limiter's fields.
+            refused_by, rest = rest[0], rest[1:]
         lease_id = None
         if len(rest) == 1 and not isinstance(rest[0], (list, tuple)):
             # RL.ACQUIRE's sixth field: the lease id (nil when refused).
@@ -66,7 +71,7 @@ class Decision:
             raise ValueError(f"not an RL.ALL reply: {reply!r}")
         allowed, limit, remaining, retry, reset = (int(x) for x in head)
         parts = tuple(cls.from_reply(x) for x in rest)
-        return cls(allowed == 1, limit, remaining, retry, reset, parts, lease_id)
+        return cls(allowed == 1, limit, remaining, retry, reset, parts, lease_id, refused_by)
 
     @property
     def never(self) -> bool:
@@ -239,6 +244,25 @@ class Limiter:
 
     def charge(self, key: str, cost: int) -> Optional[Decision]:
         return Decision.from_reply(self.client.execute_command("RL.CHARGE", key, "COST", cost))
+
+
+def _hit_args(policy: str, subject: str, cost: int) -> list:
+    return ["RL.HIT", policy, subject] + (["COST", cost] if cost != 1 else [])
+
+
+def hit(client, policy: str, subject: str, cost: int = 1) -> Decision:
+    """RL.HIT: one decision under a policy the server keeps (RL.POLICY SET), on keys derived
+    from the subject. `refused_by` names the limiter that refused; `parts` holds each limiter's
+    fields (an ACQUIRE limiter's with its lease id). In Redis Cluster, redis-py routes it by the
+    subject, the key RL.HIT declares; set the policy on every primary first
+    (`execute_command("RL.POLICY", "SET", ..., target_nodes=client.get_primaries())`: a
+    keyless module command with the PRIMARIES flag is not dispatched by redis-py 6)."""
+    return Decision.from_reply(client.execute_command(*_hit_args(policy, subject, cost)))
+
+
+async def hit_async(client, policy: str, subject: str, cost: int = 1) -> Decision:
+    """`hit` over redis.asyncio clients."""
+    return Decision.from_reply(await client.execute_command(*_hit_args(policy, subject, cost)))
 
 
 class AsyncLimiter:

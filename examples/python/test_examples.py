@@ -30,6 +30,7 @@ from ratelimit import (  # noqa: E402
     RefusalCache,
     WSGIRateLimit,
     headers,
+    hit,
 )
 
 URL = os.environ.get("RL_URL", "redis://127.0.0.1:6379")
@@ -159,6 +160,18 @@ class Reply(unittest.TestCase):
             Decision.from_reply(self.r.execute_command("RL.RELEASE", f"{tag}:jobs", d.parts[1].lease_id)).allowed,
             True,
         )
+
+    def test_hit_under_a_policy(self):
+        name = fresh("py-pol")
+        self.r.execute_command("RL.POLICY", "SET", name, "rpm", "SLIDE", 2, 60000, "COST", 1,
+                               "tpm", "TOKEN", 100, 60000)
+        d = hit(self.r, name, "user:1", cost=30)
+        self.assertEqual((d.allowed, d.refused_by), (True, None))
+        self.assertEqual([(p.limit, p.remaining) for p in d.parts], [(2, 1), (100, 70)])
+        d = hit(self.r, name, "user:1", cost=80)
+        self.assertEqual((d.allowed, d.refused_by), (False, b"tpm"))
+        self.assertEqual(self.r.type(f"{name}:tpm:{{user:1}}"), b"ratelimit")
+        self.r.execute_command("RL.POLICY", "DEL", name)
 
     def test_peek_refund_charge(self):
         lim, key = Limiter(self.r, Limit("RL.TOKEN", 10, 60000)), fresh("py:token")
@@ -317,6 +330,20 @@ class Cluster(unittest.TestCase):
             pipe.execute_command("RL.TOKEN", f"{prefix}:{i}", 10, 1000)
         got = [Decision.from_reply(x) for x in pipe.execute()]
         self.assertEqual([d.remaining for d in got], [9] * 50)
+
+    def test_policies_route_by_subject(self):
+        name = fresh("py-pol")
+        self.rc.execute_command(
+            "RL.POLICY", "SET", name, "rpm", "SLIDE", 5, 60000, "COST", 1, "tpm", "TOKEN", 1000, 60000,
+            target_nodes=self.rc.get_primaries(),
+        )
+        before = moved(self.nodes)
+        got = [hit(self.rc, name, f"user:{i}", cost=10) for i in range(100)]
+        self.assertTrue(all(d.allowed and d.parts[1].remaining == 990 for d in got))
+        self.assertEqual(moved(self.nodes), before)
+        key = f"{name}:tpm:{{user:7}}"
+        self.assertEqual(self.rc.get_node_from_key(key).redis_connection.type(key), b"ratelimit")
+        self.rc.execute_command("RL.POLICY", "DEL", name, target_nodes=self.rc.get_primaries())
 
     def test_peek_on_a_replica(self):
         lim, key = Limiter(self.rc, Limit("RL.FIXED", 10, 60000)), fresh("py:peek")

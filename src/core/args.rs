@@ -240,6 +240,27 @@ impl Grammar {
         }
         end.min(words.len())
     }
+
+    /// Whether one limiter's `words` of this grammar give option `keyword`.
+    pub fn gives(&self, words: &[&[u8]], keyword: &str) -> bool {
+        let is_number = |w: &&[u8]| !w.first().is_some_and(u8::is_ascii_alphabetic);
+        let most = match self.positional {
+            Positional::Pairs => usize::MAX,
+            Positional::Numbers(n) => n,
+        };
+        let mut at = words.iter().take(most).take_while(|w| is_number(w)).count();
+        while let Some(opt) = words.get(at).and_then(|w| {
+            self.options
+                .iter()
+                .find(|o| w.eq_ignore_ascii_case(o.keyword.as_bytes()))
+        }) {
+            if opt.keyword.eq_ignore_ascii_case(keyword) {
+                return true;
+            }
+            at += opt.width();
+        }
+        false
+    }
 }
 
 /// A client's word as an error may quote it: at most 64 characters.

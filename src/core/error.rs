@@ -68,6 +68,18 @@ pub enum Error {
     InternalCommand(&'static str),
     /// The key holds a value this build could not read when it was loaded (kept as it was).
     Unreadable(&'static str),
+    /// An error about one limiter of a policy (`RL.POLICY SET`), naming it.
+    ForLimiter {
+        limiter: String,
+        error: Box<Error>,
+    },
+    /// No policy has this name.
+    NoPolicy(String),
+    /// The server holds the most policies it may.
+    TooManyPolicies(usize),
+    /// A policy whose definition this build could not read when it was loaded (kept as it
+    /// was): why.
+    UnreadablePolicy(String),
     /// A bug: caught instead of crashing the server.
     Internal(&'static str),
     /// The server lacks a module API function the command needs.
@@ -75,6 +87,14 @@ pub enum Error {
 }
 
 impl Error {
+    /// `error`, about the limiter `limiter` of a policy.
+    pub fn for_limiter(limiter: &[u8], error: Error) -> Error {
+        Error::ForLimiter {
+            limiter: String::from_utf8_lossy(limiter).chars().take(64).collect(),
+            error: Box::new(error),
+        }
+    }
+
     /// `error`, about the key `key` of a multi-key call.
     pub fn for_key(key: &[u8], error: Error) -> Error {
         Error::ForKey {
@@ -117,7 +137,7 @@ impl fmt::Display for Error {
             }
             Error::ExpectedKind { kinds, word } => write!(
                 f,
-                "ERR expected a limiter kind ({}) after the keys, got '{word}'",
+                "ERR expected a limiter kind ({}), got '{word}'",
                 kinds.join(", ")
             ),
             Error::NowAhead { ahead_ms, max_ms } => write!(
@@ -157,6 +177,20 @@ impl fmt::Display for Error {
                  loaded it ({why}); it is kept as it was: DEL the key to start it afresh"
             ),
             Error::BadPayload(why) => write!(f, "ERR invalid limiter payload: {why}"),
+            Error::ForLimiter { limiter, error } => {
+                let text = error.to_string();
+                write!(f, "{text} (limiter '{limiter}')")
+            }
+            Error::NoPolicy(name) => write!(f, "ERR no policy named '{name}'"),
+            Error::TooManyPolicies(max) => write!(
+                f,
+                "ERR the server holds {max} policies, the most it may: RL.POLICY DEL one first"
+            ),
+            Error::UnreadablePolicy(why) => write!(
+                f,
+                "ERR the policy's definition could not be read when it was loaded ({why}); it \
+                 is kept as it was: RL.POLICY SET it again"
+            ),
             Error::Internal(what) => {
                 write!(
                     f,

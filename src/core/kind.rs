@@ -311,6 +311,26 @@ pub trait Command: 'static {
 
     /// The call's cost.
     fn cost(call: &Self::Call<'_>) -> u64;
+
+    // Policies (`RL.POLICY`, `RL.HIT`): a limiter parsed once, whose cost each hit may set.
+
+    /// Whether the command answers what `RL.ALL` answers for it (the five fields, or a
+    /// lease's), so that a policy of it alone may run it as its own command.
+    const ALONE: bool = true;
+
+    /// Sets the call's cost: a policy's limiter that takes each hit's `COST`.
+    fn set_cost(call: &mut Self::Call<'_>, cost: u64);
+
+    /// Whether a limiter's words (after its keyword) give its cost, which each hit then
+    /// keeps (a policy's limiter that counts requests while another counts tokens).
+    fn fixes_cost(words: &[&[u8]]) -> bool {
+        Self::SPEC.is_some_and(|(_, grammar)| grammar.gives(words, "COST"))
+    }
+
+    /// An error for a call a policy may not hold (a lease id, which every hit would share).
+    fn in_policy(_call: &Self::Call<'_>) -> Result<(), Error> {
+        Ok(())
+    }
 }
 
 /// A rate limiter: a kind whose algorithm is a [`Limit`] and whose one command is its
@@ -349,6 +369,15 @@ pub trait Rate: Kind + Limit {
         if call.cost != super::args::COST_DEFAULT {
             out.option("COST", call.cost);
         }
+    }
+
+    /// Whether the command answers the five fields (see [`Command::ALONE`]).
+    const ALONE: bool = true;
+
+    /// Whether a limiter's words (after its keyword) give its cost (see
+    /// [`Command::fixes_cost`]).
+    fn fixes_cost(words: &[&[u8]]) -> bool {
+        Self::SPEC.is_some_and(|(_, grammar)| grammar.gives(words, "COST"))
     }
 
     /// The reply's five fields for a decision (the shape every `RL.*` command answers).

@@ -36,6 +36,11 @@ pub enum Keys {
     Counted,
     /// `key value [key value ...]`: every other argument from the first.
     Pairs,
+    /// One key, the second argument (`RL.HIT policy subject`: the subject, which places the
+    /// keys the call derives from it).
+    Second,
+    /// None.
+    None,
 }
 
 /// One command's metadata: what it registers with and what `COMMAND INFO` / `COMMAND

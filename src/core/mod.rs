@@ -20,7 +20,9 @@ pub mod gcra;
 pub mod kind;
 pub mod limit;
 pub mod meta;
+pub mod policy;
 pub mod retention;
+pub mod top;
 
 /// Milliseconds since the Unix epoch. Every algorithm is handed one; none reads a clock.
 pub type Millis = u64;

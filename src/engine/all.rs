@@ -20,7 +20,7 @@ use super::{catalog, clock, replicate_expiry, settle};
 use crate::core::args::{self, lossy, Grammar};
 use crate::core::effect::{Compact, Line};
 use crate::core::error::Error;
-use crate::core::kind::{Command, Kind, Mode, Reply};
+use crate::core::kind::{Clock, Command, Kind, Mode, Reply};
 use crate::core::meta::{self, Arg as MetaArg, ArgKind, Info, Keys, Stats};
 use crate::core::{Decision, Millis, Wait};
 use crate::rm::api::{self, Answer, Arg, Count, Handler, ALL_INLINE};
@@ -63,30 +63,112 @@ impl Slot for Key<'_> {
 pub type Frames = Arena<800>;
 
 /// A limiter on a server's key, kept in a call's [`Frames`].
-type OnKey<'a, 'c, 'r> = &'r mut (dyn Limiter<Key<'c>> + 'a);
+pub type OnKey<'a, 'c, 'r> = &'r mut (dyn Limiter<Key<'c>> + 'a);
 
 /// Parses one limiter of a kind into a call's frames.
 type ParseFn =
     for<'a, 'c, 'r> fn(&'c Context, &[&'a [u8]], &'r Frames) -> Result<OnKey<'a, 'c, 'r>, Error>;
 
-/// How `RL.ALL` takes one kind's limiters: their keyword, how far one runs, and how to parse
-/// one.
+/// Parses one limiter of a kind for a policy: kept, and spawned into each hit's frames.
+type PrepareFn = fn(&[&[u8]]) -> Result<Box<dyn Prepared>, Error>;
+
+/// How `RL.ALL` and policies take one kind's limiters: their keyword, how far one runs, and
+/// how to parse one.
 pub struct KindSpec {
     pub keyword: &'static str,
     pub grammar: Grammar,
     parse: ParseFn,
+    pub prepare: PrepareFn,
+}
+
+/// A policy's limiter (`RL.POLICY SET`): parsed once, owning its words, and put in the
+/// frames of each `RL.HIT` as a limiter of its own.
+pub trait Prepared: Send + Sync {
+    /// The limiter for one hit of `cost` (which it keeps when its words gave one).
+    fn spawn<'c, 'r>(&self, frames: &'r Frames, cost: u64) -> OnKey<'static, 'c, 'r>;
+
+    /// A hit of `cost` under a policy of this limiter alone, run as its own command on the
+    /// key `name` at `clock` (what `RL.ALL` of it alone decides and leaves, for less work):
+    /// its reply, the entry `RL.ALL` gives it. `None` for a command that answers otherwise
+    /// (the hit then goes through [`run_limiters`]).
+    fn alone(
+        &self,
+        ctx: &Context,
+        name: Arg,
+        cost: u64,
+        clock: Clock,
+    ) -> Option<Result<Reply, Error>>;
+}
+
+/// A policy's limiter of command `C`.
+struct PreparedSpec<C: Command> {
+    call: C::Call<'static>,
+    /// It takes each hit's cost (its words gave none).
+    takes_cost: bool,
+}
+
+impl<C: Command> Prepared for PreparedSpec<C>
+where
+    C::Kind: Storable,
+    C::Call<'static>: Send + Sync,
+{
+    fn spawn<'c, 'r>(&self, frames: &'r Frames, cost: u64) -> OnKey<'static, 'c, 'r> {
+        let mut call = self.call.clone();
+        if self.takes_cost {
+            C::set_cost(&mut call, cost);
+        }
+        frames.put(Spec::<C> {
+            call,
+            new: None,
+            behind: 0,
+        })
+    }
+
+    fn alone(
+        &self,
+        ctx: &Context,
+        name: Arg,
+        cost: u64,
+        clock: Clock,
+    ) -> Option<Result<Reply, Error>> {
+        if !C::ALONE {
+            return None;
+        }
+        let mut call = self.call.clone();
+        if self.takes_cost {
+            C::set_cost(&mut call, cost);
+        }
+        let ran = super::call::run_at::<C>(ctx, name, &call, clock, Mode::Decide);
+        crate::rm::block::kick(ctx, name);
+        Some(ran.map(|(reply, _)| reply))
+    }
+}
+
+fn prepare_spec<C: Command>(words: &[&[u8]]) -> Result<Box<dyn Prepared>, Error>
+where
+    C::Kind: Storable,
+    C::Call<'static>: Send + Sync,
+{
+    let spec = spec::<C>(words)?;
+    C::in_policy(&spec.call)?;
+    Ok(Box::new(PreparedSpec::<C> {
+        call: C::owned(&spec.call),
+        takes_cost: !C::fixes_cost(words),
+    }))
 }
 
 /// The `RL.ALL` limiters of command `C`, if it may be one.
 pub const fn spec_of<C: Command>() -> Option<KindSpec>
 where
     C::Kind: Storable,
+    C::Call<'static>: Send + Sync,
 {
     match C::SPEC {
         Some((keyword, grammar)) => Some(KindSpec {
             keyword,
             grammar,
             parse: parse_spec::<C>,
+            prepare: prepare_spec::<C>,
         }),
         None => None,
     }
@@ -275,7 +357,7 @@ fn keys_in(len: usize, numkeys: Option<&[u8]>) -> std::ops::Range<usize> {
 }
 
 /// The keywords of the limiters `RL.ALL` takes, for its error naming them.
-fn keywords() -> &'static [&'static str] {
+pub fn keywords() -> &'static [&'static str] {
     static KEYWORDS: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
     KEYWORDS.get_or_init(|| specs().iter().map(|s| s.keyword).collect())
 }
@@ -293,7 +375,7 @@ fn specs() -> &'static [&'static KindSpec] {
 
 /// The kind whose limiters start with `word`, its keyword.
 #[inline]
-fn spec_named(word: &[u8]) -> Option<&'static KindSpec> {
+pub fn spec_named(word: &[u8]) -> Option<&'static KindSpec> {
     specs()
         .iter()
         .copied()
@@ -466,59 +548,74 @@ impl Handler for All {
         let frames = Frames::new();
         let (mut limiters, now) = parse(ctx, &words, &frames)?;
         let clock = clock(ctx, now, Mode::Decide)?;
-        let now = clock.caller;
         let names = args.get(2..2 + limiters.len()).ok_or(Error::Arity)?;
-        let mut keys: SmallVec<[Key; ALL_INLINE]> = SmallVec::new();
-        for &name in names {
-            keys.push(Key::open(ctx, name, true));
-        }
-        let outcome =
-            decide(&mut limiters, &mut keys, now).map_err(|(i, e)| match names.get(i) {
-                Some(key) => Error::for_key(key.as_bytes(), e),
-                None => e,
-            })?;
-        if !outcome.decision.allowed {
-            api::reply_all(ctx, &outcome.decision, &outcome.entries);
-            return Ok(Answer::Written(false));
-        }
-        // Each changed key as its own command leaves it; the effects go together in one
-        // RL.APPLY.
-        let mut bytes: SmallVec<[u8; 32 * ALL_INLINE]> = SmallVec::new();
-        let mut changes: SmallVec<[(Arg, usize, Option<Millis>); ALL_INLINE]> = SmallVec::new();
-        for (((l, key), c), &name) in limiters
-            .iter()
-            .zip(&keys)
-            .zip(&outcome.committed)
-            .zip(names)
-        {
-            let Some(c) = c else {
-                continue;
-            };
-            let expiry = settle(key, l.event(), c.empty_at, clock.lag, c.before);
-            let start = bytes.len();
-            l.effect(&c.reply, c.latest, &mut bytes);
-            changes.push((name, bytes.len() - start, expiry));
-        }
-        drop(keys);
-        let mut pairs: SmallVec<[(Arg, &[u8]); ALL_INLINE]> = SmallVec::new();
-        let mut rest = bytes.as_slice();
-        for &(name, len, _) in &changes {
-            let (effect, after) = rest.split_at(len.min(rest.len()));
-            pairs.push((name, effect));
-            rest = after;
-        }
-        if !pairs.is_empty() {
-            api::replicate_effects(ctx, &pairs);
-        }
-        for &(name, _, expiry) in &changes {
-            replicate_expiry(ctx, name, clock.lag, expiry);
-        }
-        for &(name, ..) in &changes {
-            crate::rm::block::kick(ctx, name);
+        let outcome = run_limiters(ctx, &mut limiters, names, clock)?;
+        if let Some(key) = outcome.refused_by.and_then(|i| names.get(i)) {
+            super::top::refused_key(ctx, key.as_bytes());
         }
         api::reply_all(ctx, &outcome.decision, &outcome.entries);
-        Ok(Answer::Written(true))
+        Ok(Answer::Written(outcome.decision.allowed))
     }
+}
+
+/// Runs a call's limiters, each on its key in `names`, at `clock`: decides; when every one
+/// allows, records each, gives each changed key what its own command would have (its value,
+/// expiry, keyspace event), propagates the changes as one `RL.APPLY key effect [key effect
+/// ...]`, and wakes the keys' waiters. An error about one limiter names its key.
+pub(crate) fn run_limiters<'c>(
+    ctx: &'c Context,
+    limiters: &mut [OnKey<'_, 'c, '_>],
+    names: &[Arg],
+    clock: Clock,
+) -> Result<Outcome, Error> {
+    let now = clock.caller;
+    let mut keys: SmallVec<[Key; ALL_INLINE]> = SmallVec::new();
+    for &name in names {
+        keys.push(Key::open(ctx, name, true));
+    }
+    let outcome = decide(limiters, &mut keys, now).map_err(|(i, e)| match names.get(i) {
+        Some(key) => Error::for_key(key.as_bytes(), e),
+        None => e,
+    })?;
+    if !outcome.decision.allowed {
+        return Ok(outcome);
+    }
+    // Each changed key as its own command leaves it; the effects go together in one
+    // RL.APPLY.
+    let mut bytes: SmallVec<[u8; 32 * ALL_INLINE]> = SmallVec::new();
+    let mut changes: SmallVec<[(Arg, usize, Option<Millis>); ALL_INLINE]> = SmallVec::new();
+    for (((l, key), c), &name) in limiters
+        .iter()
+        .zip(&keys)
+        .zip(&outcome.committed)
+        .zip(names)
+    {
+        let Some(c) = c else {
+            continue;
+        };
+        let expiry = settle(key, l.event(), c.empty_at, clock.lag, c.before);
+        let start = bytes.len();
+        l.effect(&c.reply, c.latest, &mut bytes);
+        changes.push((name, bytes.len() - start, expiry));
+    }
+    drop(keys);
+    let mut pairs: SmallVec<[(Arg, &[u8]); ALL_INLINE]> = SmallVec::new();
+    let mut rest = bytes.as_slice();
+    for &(name, len, _) in &changes {
+        let (effect, after) = rest.split_at(len.min(rest.len()));
+        pairs.push((name, effect));
+        rest = after;
+    }
+    if !pairs.is_empty() {
+        api::replicate_effects(ctx, &pairs);
+    }
+    for &(name, _, expiry) in &changes {
+        replicate_expiry(ctx, name, clock.lag, expiry);
+    }
+    for &(name, ..) in &changes {
+        crate::rm::block::kick(ctx, name);
+    }
+    Ok(outcome)
 }
 
 /// What a call of several limiters decided.
@@ -529,6 +626,9 @@ pub struct Outcome {
     pub entries: SmallVec<[Reply; ALL_INLINE]>,
     /// What each one recorded (`None`: nothing, its cost 0 or the call refused).
     pub committed: SmallVec<[Option<Committed>; ALL_INLINE]>,
+    /// Refused: the place of the limiter whose fields the call answers (the refusing one
+    /// that needs the longest wait).
+    pub refused_by: Option<usize>,
 }
 
 /// The decision of a call: every limiter checked and evaluated at `now` on its slot, none
@@ -569,6 +669,7 @@ pub fn decide<S: Slot>(
             decision,
             entries,
             committed,
+            refused_by: refusing(&decisions),
         });
     }
     if let Some(unfit) = unfit {
@@ -592,6 +693,7 @@ pub fn decide<S: Slot>(
         decision: combine(&decisions),
         entries,
         committed,
+        refused_by: None,
     })
 }
 
@@ -647,6 +749,19 @@ pub fn combine(decisions: &[Decision]) -> Decision {
         reset_after_ms: reset_after_ms.unwrap_or(0),
         ..d
     }
+}
+
+/// The place of the refusing decision that needs the longest wait (the first on a tie): the
+/// one [`combine`] answers with.
+fn refusing(decisions: &[Decision]) -> Option<usize> {
+    let mut best: Option<(usize, &Decision)> = None;
+    for (i, d) in decisions.iter().enumerate().filter(|(_, d)| !d.allowed) {
+        match best {
+            Some((_, b)) if wait_rank(b.retry_after) >= wait_rank(d.retry_after) => {}
+            _ => best = Some((i, d)),
+        }
+    }
+    best.map(|(i, _)| i)
 }
 
 /// The decision that needs the longest wait (the first on a tie).

@@ -46,6 +46,9 @@ where
         let blocking = C::block(&call).filter(|_| C::cost(&call) > 0 && can_block(ctx));
         let Some(timeout) = blocking else {
             let (reply, _) = run_on::<C>(ctx, name, &call, Mode::Decide)?;
+            if !api::allowed(&reply) {
+                super::top::refused_key(ctx, name.as_bytes());
+            }
             block::kick(ctx, name);
             return Ok(Answer::One(reply));
         };

@@ -8,6 +8,8 @@
 //! - [`generic`]: `RL.PEEK`, `RL.REFUND`, `RL.CHARGE` on whatever kind a key holds.
 //! - [`all`]: `RL.ALL`, one all-or-nothing decision across keys of any kinds.
 //! - [`apply`]: `RL.APPLY` and `RL.RESTORE`, what replication and the AOF carry.
+//! - [`policy`]: `RL.POLICY SET/GET/DEL/LIST`, limits kept in the server, and `RL.HIT`.
+//! - [`top`]: `RL.TOP`, who is refused most.
 //! - [`info`]: `INFO ratelimit`.
 //!
 //! Nothing here names a kind: the registry (`src/registry.rs`) hands the kinds in as a
@@ -33,7 +35,9 @@ pub mod call;
 pub mod config;
 pub mod generic;
 pub mod info;
+pub mod policy;
 pub mod rate;
+pub mod top;
 
 use std::ffi::CStr;
 use std::sync::OnceLock;
@@ -89,6 +93,7 @@ impl CommandEntry {
     pub const fn of<C: Command>() -> CommandEntry
     where
         C::Kind: call::Storable,
+        C::Call<'static>: Send + Sync,
     {
         CommandEntry {
             info: C::INFO,
@@ -106,13 +111,19 @@ impl CommandEntry {
 /// already, the module loads without it, saying so in the log. Returns how far the commands' ACL categories could be
 /// set (the least of them); `None`, logged, when a command could not be registered.
 pub fn register(ctx: &Context, own: Option<&str>) -> Option<Acl> {
-    let generic: [(&str, RegisterFn); 6] = [
+    let generic: [(&str, RegisterFn); 12] = [
         (generic::Peek::INFO.name, api::register::<generic::Peek>),
         (generic::Refund::INFO.name, api::register::<generic::Refund>),
         (generic::Charge::INFO.name, api::register::<generic::Charge>),
         (all::All::INFO.name, api::register::<all::All>),
         (apply::Apply::INFO.name, api::register::<apply::Apply>),
         (apply::Restore::INFO.name, api::register::<apply::Restore>),
+        (policy::Hit::INFO.name, api::register::<policy::Hit>),
+        (policy::Set::INFO.name, api::register::<policy::Set>),
+        (policy::Get::INFO.name, api::register::<policy::Get>),
+        (policy::Del::INFO.name, api::register::<policy::Del>),
+        (policy::List::INFO.name, api::register::<policy::List>),
+        (top::Top::INFO.name, api::register::<top::Top>),
     ];
     let kinds = catalog().commands().map(|c| (c.info.name, c.register));
     let mut least = Acl::All;

@@ -19,6 +19,7 @@ impl<K: Rate> Command for RateCommand<K> {
     const INFO: &'static Info = K::INFO;
     const SPEC: Option<(&'static str, Grammar)> = K::SPEC;
     const EFFECT_CODE: u8 = K::EFFECT_CODE;
+    const ALONE: bool = <K as Rate>::ALONE;
     type Call<'a> = RateCall<K::Args>;
 
     #[inline(always)]
@@ -37,6 +38,14 @@ impl<K: Rate> Command for RateCommand<K> {
 
     fn cost(call: &RateCall<K::Args>) -> u64 {
         call.cost
+    }
+
+    fn set_cost(call: &mut RateCall<K::Args>, cost: u64) {
+        call.cost = cost;
+    }
+
+    fn fixes_cost(words: &[&[u8]]) -> bool {
+        K::fixes_cost(words)
     }
 
     /// Decides at one time and records when allowed (an effect records whatever it is

@@ -168,6 +168,32 @@ pub fn reply_all(ctx: &Context, d: &Decision, each: &[Reply]) {
     }
 }
 
+/// Replies `RL.HIT`'s answer: the five fields, the name of the limiter that refused (nil
+/// when allowed), then each limiter's entry.
+pub fn reply_hit(ctx: &Context, d: &Decision, refused_by: Option<&[u8]>, each: &[Reply]) {
+    // SAFETY: ctx is the context of the command being answered, which may reply.
+    unsafe {
+        if let (Some(array), Some(long_long), Some(bulk), Some(null)) = (
+            raw::RedisModule_ReplyWithArray,
+            raw::RedisModule_ReplyWithLongLong,
+            raw::RedisModule_ReplyWithStringBuffer,
+            raw::RedisModule_ReplyWithNull,
+        ) {
+            array(ctx.ctx, 6 + each.len() as std::os::raw::c_long);
+            for v in d.as_reply() {
+                long_long(ctx.ctx, v);
+            }
+            match refused_by {
+                Some(name) => bulk(ctx.ctx, name.as_ptr().cast::<c_char>(), name.len()),
+                None => null(ctx.ctx),
+            };
+            for r in each {
+                reply(ctx.ctx, r);
+            }
+        }
+    }
+}
+
 /// A registered command: what its C entry point ([`entry`]) runs.
 pub trait Handler: 'static {
     /// Its metadata (name, flags, key positions...).
@@ -459,8 +485,10 @@ pub fn register<H: Handler>(ctx: &Context, own: Option<&str>) -> Option<Acl> {
     let info = H::INFO;
     let (range, getkeys) = match info.keys {
         Keys::First => ((1, 1, 1), ""),
+        Keys::Second => ((2, 2, 1), ""),
         Keys::Pairs => ((1, -1, 2), ""),
         Keys::Counted => ((0, 0, 0), " getkeys-api"),
+        Keys::None => ((0, 0, 0), ""),
     };
     let name = std::ffi::CString::new(info.name).ok()?;
     let flags = std::ffi::CString::new(format!("{}{getkeys}", info.flags)).ok()?;
@@ -496,17 +524,47 @@ fn create_command_at(
 ) -> Option<Acl> {
     // SAFETY: called from OnLoad with the module's context; all strings are C strings.
     unsafe {
-        let create = raw::RedisModule_CreateCommand?;
-        if create(
-            ctx.ctx,
-            name.as_ptr(),
-            func,
-            flags.as_ptr(),
-            first,
-            last,
-            step,
-        ) != raw::REDISMODULE_OK as c_int
-        {
+        // `PARENT|sub`: a subcommand of a container made once, here, with the first.
+        let created = match name.to_str().ok().and_then(|n| n.split_once('|')) {
+            Some((parent, sub)) => {
+                let (create, create_sub, get) = (
+                    raw::RedisModule_CreateCommand?,
+                    raw::RedisModule_CreateSubcommand?,
+                    raw::RedisModule_GetCommand?,
+                );
+                let parent = std::ffi::CString::new(parent).ok()?;
+                let sub = std::ffi::CString::new(sub.to_lowercase()).ok()?;
+                let mut container = get(ctx.ctx, parent.as_ptr());
+                if container.is_null() {
+                    let none = c"";
+                    create(ctx.ctx, parent.as_ptr(), None, none.as_ptr(), 0, 0, 0);
+                    container = get(ctx.ctx, parent.as_ptr());
+                }
+                !container.is_null()
+                    && create_sub(
+                        container,
+                        sub.as_ptr(),
+                        func,
+                        flags.as_ptr(),
+                        first,
+                        last,
+                        step,
+                    ) == raw::REDISMODULE_OK as c_int
+            }
+            None => {
+                let create = raw::RedisModule_CreateCommand?;
+                create(
+                    ctx.ctx,
+                    name.as_ptr(),
+                    func,
+                    flags.as_ptr(),
+                    first,
+                    last,
+                    step,
+                ) == raw::REDISMODULE_OK as c_int
+            }
+        };
+        if !created {
             return None;
         }
         let (Some(get), Some(set_acl)) = (
@@ -682,6 +740,53 @@ pub fn subscribe_flush(ctx: &Context, callback: raw::RedisModuleEventCallback) {
     unsafe {
         if let Some(f) = raw::RedisModule_SubscribeToServerEvent {
             f(ctx.ctx, event, callback);
+        }
+    }
+}
+
+static LOADING_START: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Calls `f` when the server starts loading a dataset in place of its own (an RDB, the AOF,
+/// a full sync from a primary).
+pub fn on_loading_start(ctx: &Context, f: fn()) {
+    let _ = LOADING_START.set(f);
+    let event = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_LOADING,
+        dataver: 1,
+    };
+    // SAFETY: called from OnLoad with the module's context; the callback lives for ever.
+    unsafe {
+        if let Some(subscribe) = raw::RedisModule_SubscribeToServerEvent {
+            subscribe(ctx.ctx, event, Some(loading));
+        }
+    }
+}
+
+unsafe extern "C" fn loading(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    let start = matches!(
+        subevent,
+        raw::REDISMODULE_SUBEVENT_LOADING_RDB_START
+            | raw::REDISMODULE_SUBEVENT_LOADING_AOF_START
+            | raw::REDISMODULE_SUBEVENT_LOADING_REPL_START
+    );
+    if let (true, Some(f)) = (start, LOADING_START.get()) {
+        if catch_unwind(f).is_err() {
+            redis_module::logging::log_warning("ratelimit: internal error at the start of a load");
+        }
+    }
+}
+
+/// Propagates the command being run as it is, to replicas and the AOF.
+pub fn replicate_verbatim(ctx: &Context) {
+    // SAFETY: ctx is the running command's.
+    unsafe {
+        if let Some(f) = raw::RedisModule_ReplicateVerbatim {
+            f(ctx.ctx);
         }
     }
 }

@@ -119,12 +119,12 @@ pub fn set(ctx: &Context, info: &Info, choices: &[Arg]) -> bool {
     key_specs[0].flags = u64::from(key_flags);
     key_specs[0].begin_search_type =
         raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
-    key_specs[0].bs.index.pos = 1;
-    // A range from the first argument: (last key, step), as `(first, last, step)` says.
+    key_specs[0].bs.index.pos = if keys == Keys::Second { 2 } else { 1 };
+    // A range from the search's start: (last key, step), as `(first, last, step)` says.
     let range = match keys {
-        Keys::First => Some((0, 1)),
+        Keys::First | Keys::Second => Some((0, 1)),
         Keys::Pairs => Some((-1, 2)),
-        Keys::Counted => None,
+        Keys::Counted | Keys::None => None,
     };
     match range {
         Some((lastkey, keystep)) => {
@@ -142,6 +142,10 @@ pub fn set(ctx: &Context, info: &Info, choices: &[Arg]) -> bool {
             key_specs[0].fk.keynum.firstkey = 1;
             key_specs[0].fk.keynum.keystep = 1;
         }
+    }
+    if keys == Keys::None {
+        // SAFETY: as above; a command without keys has only the terminator.
+        key_specs[0] = unsafe { std::mem::zeroed() };
     }
     let version = raw::RedisModuleCommandInfoVersion {
         version: 1,

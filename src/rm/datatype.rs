@@ -1,4 +1,6 @@
-//! The `ratelimit` custom type: RDB save/load, AOF rewrite, memory usage, digest, copy, free.
+//! The `ratelimit` custom type: RDB save/load, AOF rewrite, memory usage, digest, copy, free;
+//! and the module's aux data in the RDB (the policies, saved and loaded through hooks the
+//! engine installs: [`Aux`]).
 //!
 //! Every callback is guarded: a panic here would abort the server, so it is caught, logged and
 //! turned into the callback's failure value (a refused load, a skipped digest).
@@ -14,31 +16,117 @@ use super::storage;
 /// string holding the value's encoding (each kind's, see `core::kind::Kind::encode`).
 pub const ENCVER: i32 = 1;
 
-pub static LIMITER_TYPE: RedisType = RedisType::new(
-    "ratelimit",
-    ENCVER,
-    raw::RedisModuleTypeMethods {
-        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
-        rdb_load: Some(rdb_load),
-        rdb_save: Some(rdb_save),
-        aof_rewrite: Some(aof_rewrite),
-        mem_usage: Some(mem_usage),
-        digest: Some(digest),
-        free: Some(free),
-        aux_load: None,
-        aux_save: None,
-        aux_save_triggers: 0,
-        free_effort: Some(free_effort),
-        unlink: None,
-        copy: Some(copy),
-        defrag: None,
-        mem_usage2: None,
-        free_effort2: None,
-        unlink2: Some(unlink2),
-        copy2: None,
-        aux_save2: None,
-    },
-);
+/// The type, created at load by [`create`] (its methods there).
+pub static LIMITER_TYPE: RedisType = RedisType::new("ratelimit", ENCVER, METHODS);
+
+/// What the module keeps in the RDB beside its keys (the policies): saved before the keys
+/// and loaded before them.
+pub struct Aux {
+    /// The bytes to save; `None` when there is nothing to keep (`all`: the bytes even then,
+    /// for a server that writes the aux field whatever the module saves).
+    pub save: fn(all: bool) -> Option<Vec<u8>>,
+    /// Takes what `save` wrote, in place of what the module holds; an error fails the load.
+    pub load: fn(&[u8]) -> Result<(), String>,
+}
+
+static AUX: std::sync::OnceLock<Aux> = std::sync::OnceLock::new();
+
+/// The first server version whose type methods have `aux_save2` (an aux field written only
+/// when the module saves something, so that an RDB without policies loads without the
+/// module): Redis 7.2 (and Valkey, forked from it).
+const AUX_SAVE2_SINCE: c_int = 0x0007_0200;
+
+/// Creates the `ratelimit` type, with `aux` as its aux data's hooks: `aux_save2` where the
+/// server has it, else `aux_save`.
+pub fn create(ctx: &redis_module::Context, aux: Aux) -> Result<(), &'static str> {
+    let _ = AUX.set(aux);
+    // SAFETY: reading an API pointer the server filled in at load.
+    let version = unsafe { raw::RedisModule_GetServerVersion.map_or(0, |f| f()) };
+    let mut methods = METHODS;
+    if version >= AUX_SAVE2_SINCE {
+        methods.aux_save2 = Some(aux_save2);
+    } else {
+        methods.aux_save = Some(aux_save);
+    }
+    let name = c"ratelimit";
+    // SAFETY: called from OnLoad with the module's context; Redis copies the methods.
+    let handle = unsafe {
+        let Some(create) = raw::RedisModule_CreateDataType else {
+            return Err("the server has no RedisModule_CreateDataType");
+        };
+        create(ctx.ctx, name.as_ptr(), ENCVER, &mut methods)
+    };
+    if handle.is_null() {
+        return Err("the server refused the 'ratelimit' data type");
+    }
+    *LIMITER_TYPE.raw_type.borrow_mut() = handle;
+    Ok(())
+}
+
+/// The type's callbacks, but for the aux data's save (chosen by [`create`]).
+const METHODS: raw::RedisModuleTypeMethods = raw::RedisModuleTypeMethods {
+    version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+    rdb_load: Some(rdb_load),
+    rdb_save: Some(rdb_save),
+    aof_rewrite: Some(aof_rewrite),
+    mem_usage: Some(mem_usage),
+    digest: Some(digest),
+    free: Some(free),
+    aux_load: Some(aux_load),
+    aux_save: None,
+    aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as i32,
+    free_effort: Some(free_effort),
+    unlink: None,
+    copy: Some(copy),
+    defrag: None,
+    mem_usage2: None,
+    free_effort2: None,
+    unlink2: Some(unlink2),
+    copy2: None,
+    aux_save2: None,
+};
+
+unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
+    guard("aux_save", (), || save_aux(rdb, when, true));
+}
+
+unsafe extern "C" fn aux_save2(rdb: *mut raw::RedisModuleIO, when: c_int) {
+    guard("aux_save", (), || save_aux(rdb, when, false));
+}
+
+fn save_aux(rdb: *mut raw::RedisModuleIO, when: c_int, all: bool) {
+    if when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+        return;
+    }
+    if let Some(bytes) = AUX.get().and_then(|aux| (aux.save)(all)) {
+        raw::save_slice(rdb, &bytes);
+    }
+}
+
+unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int) -> c_int {
+    const ERR: c_int = raw::REDISMODULE_ERR as c_int;
+    guard("aux_load", ERR, || {
+        if encver != ENCVER || when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+            logging::log_warning(format!(
+                "ratelimit: cannot load aux data of encoding version {encver} ({when})"
+            ));
+            return ERR;
+        }
+        let Ok(buffer) = raw::load_string_buffer(rdb) else {
+            return ERR;
+        };
+        let Some(aux) = AUX.get() else {
+            return ERR;
+        };
+        match (aux.load)(buffer.as_ref()) {
+            Ok(()) => raw::REDISMODULE_OK as c_int,
+            Err(why) => {
+                logging::log_warning(format!("ratelimit: cannot load the policies: {why}"));
+                ERR
+            }
+        }
+    })
+}
 
 /// Runs `f`, turning a panic into `fallback` and a log line.
 fn guard<T>(what: &str, fallback: T, f: impl FnOnce() -> T) -> T {

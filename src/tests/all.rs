@@ -414,7 +414,7 @@ fn all_splits_specs_by_kind() {
 )]
 #[case(
     "RL.ALL 1 a 5 1000",
-    Error::ExpectedKind { kinds: &["SLIDE", "TOKEN", "LEAKY", "FIXED", "SUBWIN", "ACQUIRE"], word: "5".into() }
+    Error::ExpectedKind { kinds: &["SLIDE", "TOKEN", "LEAKY", "FIXED", "SUBWIN", "ACQUIRE", "THROTTLE"], word: "5".into() }
 )]
 #[case(
     "RL.ALL 1 a ACQUIRE 2 1000 BLOCK 0",
@@ -450,14 +450,14 @@ fn all_splits_specs_by_kind() {
     "RL.ALL 1 a SUBWIN 1 1000 7",
     Error::for_key(b"a", Error::Invalid("window_ms must be a multiple of resolution_ms"))
 )]
-#[case("RL.ALL 1 a THROTTLE 1 1 60", Error::ExpectedKind { kinds: &["SLIDE", "TOKEN", "LEAKY", "FIXED", "SUBWIN", "ACQUIRE"], word: "THROTTLE".into() })]
+#[case("RL.ALL 1 a THROTTLE 0 0 60", Error::for_key(b"a", Error::Range { arg: "count_per_period", min: 1, max: 2147483647 }))]
 fn all_bad_input(#[case] line: &str, #[case] want: Error) {
     assert_eq!(parsed(line).map(|_| ()), Err(want), "{line}");
     // And as the client reads it: the old message, word for word.
     if line == "RL.ALL 1 a 5 1000" {
         assert_eq!(
             parsed(line).err().map(|e| e.to_string()),
-            Some("ERR expected a limiter kind (SLIDE, TOKEN, LEAKY, FIXED, SUBWIN, ACQUIRE) after the keys, got '5'".into())
+            Some("ERR expected a limiter kind (SLIDE, TOKEN, LEAKY, FIXED, SUBWIN, ACQUIRE, THROTTLE), got '5'".into())
         );
     }
 }

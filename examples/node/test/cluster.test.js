@@ -5,7 +5,7 @@ const test = require('node:test');
 const assert = require('node:assert/strict');
 const Redis = require('ioredis');
 const { createCluster } = require('redis');
-const { Limit, Limiter, Decision, fromIoredis, fromNodeRedis } = require('../ratelimit');
+const { Limit, Limiter, Decision, fromIoredis, fromNodeRedis, hit } = require('../ratelimit');
 const { CLUSTER, fresh, calls, moved } = require('./helpers');
 
 const skip = CLUSTER.length === 0 && 'RL_CLUSTER not set';
@@ -154,6 +154,37 @@ test('node-redis: sendCommand without the key goes anywhere; with it, to the pri
   } finally {
     await c.close();
     await plain.close();
+    nodes.forEach((n) => n.disconnect());
+  }
+});
+
+test('policies: RL.HIT routes by its subject with ioredis and node-redis', { skip }, async () => {
+  const nodes = direct();
+  const io = await ioCluster();
+  const rootNodes = CLUSTER.map(({ host, port }) => ({ url: `redis://${host}:${port}` }));
+  const nr = await createCluster({ rootNodes }).connect();
+  const name = fresh('node-pol');
+  try {
+    // A policy is per primary: set it on each (redis-cli --cluster call does the same).
+    await Promise.all(
+      io.nodes('master').map((n) => n.call('RL.POLICY', 'SET', name, 'rpm', 'SLIDE', '5', '60000', 'COST', '1', 'tpm', 'TOKEN', '1000', '60000')),
+    );
+    for (const [label, send] of [['ioredis', fromIoredis(io)], ['node-redis', fromNodeRedis(nr)]]) {
+      const before = await moved(nodes);
+      for (let i = 0; i < 100; i++) {
+        const d = await hit(send, name, `${label}:user:${i}`, 10);
+        assert.ok(d.allowed && d.refusedBy === null, JSON.stringify(d));
+        assert.deepEqual(d.parts.map((p) => p.remaining), [4, 990]);
+      }
+      assert.equal((await moved(nodes)) - before, 0, `${label}: no MOVED`);
+    }
+    const d = await hit(fromIoredis(io), name, 'ioredis:user:0', 2000);
+    assert.equal(d.allowed, false);
+    assert.equal(String(d.refusedBy), 'tpm');
+  } finally {
+    await Promise.all(io.nodes('master').map((n) => n.call('RL.POLICY', 'DEL', name)));
+    io.disconnect();
+    await nr.quit();
     nodes.forEach((n) => n.disconnect());
   }
 });

@@ -300,6 +300,20 @@ impl Command for Acquire {
         call.cost
     }
 
+    fn set_cost(call: &mut AcquireCall<'_>, cost: u64) {
+        call.cost = cost;
+    }
+
+    /// Every hit takes a lease of its own, with an id the server makes.
+    fn in_policy(call: &AcquireCall<'_>) -> Result<(), Error> {
+        match call.id {
+            Some(_) => Err(Error::Invalid(
+                "ID is not allowed in a policy: each RL.HIT takes a lease of its own",
+            )),
+            None => Ok(()),
+        }
+    }
+
     fn run(
         state: Option<&mut Leases>,
         call: &AcquireCall<'_>,
@@ -543,6 +557,8 @@ macro_rules! held_command {
             fn cost(_call: &HeldCall<'_>) -> u64 {
                 0
             }
+
+            fn set_cost(_call: &mut HeldCall<'_>, _cost: u64) {}
 
             fn run(
                 state: Option<&mut Leases>,

@@ -85,9 +85,18 @@ pub fn reply_of(d: Decision) -> [i64; 5] {
 
 impl Rate for Throttle {
     const INFO: &'static Info = &THROTTLE_INFO;
-    /// Not among `RL.ALL`'s limiters: its grammar and reply are redis-cell's.
-    const SPEC: Option<(&'static str, args::Grammar)> = None;
+    /// Among `RL.ALL`'s limiters and a policy's as `THROTTLE max_burst count_per_period
+    /// period [quantity]`, answering the five fields every `RL.*` limiter answers there.
+    const SPEC: Option<(&'static str, args::Grammar)> = Some((
+        "THROTTLE",
+        args::Grammar {
+            positional: args::Positional::Numbers(4),
+            options: &[],
+        },
+    ));
     const EFFECT_CODE: u8 = 8;
+    /// Its own command answers redis-cell's fields.
+    const ALONE: bool = false;
     type Args = Params;
 
     fn params(args: &Params) -> &Params {
@@ -130,6 +139,11 @@ impl Rate for Throttle {
         out.number(p.burst - 1)
             .number(p.limit)
             .number(p.window_ms / 1000);
+    }
+
+    /// The quantity, a fourth number, is the cost.
+    fn fixes_cost(words: &[&[u8]]) -> bool {
+        words.len() >= 4
     }
 
     /// The quantity is a positional word, written when it is not 1.

@@ -1,0 +1,254 @@
+//! Who is refused most: a bounded heavy-hitter sketch (Space-Saving, Metwally et al. 2005)
+//! over two aligned epochs of a window each, so that it forgets what is older than two
+//! windows. Pure: every call is handed `now` and the window.
+//!
+//! Each epoch keeps [`K`] counters. A name seen is counted on its counter; a new name takes a
+//! free counter, or, when all are taken, the smallest one, whose count it inherits as its
+//! error. So in an epoch of `N` refusals a counter overstates its name's true count by at
+//! most its error, which is at most `N / K`, and a name refused more than `N / K` times holds
+//! a counter.
+//!
+//! An answer covers the current epoch and the one before (between one and two windows):
+//! for each name, `count` is an upper bound on its refusals in them, and `count - error` a
+//! lower bound, with `error <= (N_previous + N_current) / K`. A name in only one epoch's
+//! counters is counted in the other as at most that epoch's smallest counter (0 when the
+//! epoch has free counters). Every name refused more than `(N_previous + N_current) / K`
+//! times in the two epochs is in the answer (it is above `N / K` in at least one of them).
+
+use super::Millis;
+
+/// Counters per epoch.
+pub const K: usize = 64;
+
+/// The bytes of a name kept to answer with (longer names are told apart by their hash, and
+/// answered cut to this length).
+pub const NAME: usize = 64;
+
+/// The most names one answer gives.
+pub const MAX_COUNT: usize = 2 * K;
+
+/// One epoch's counters.
+#[derive(Clone)]
+struct Epoch {
+    /// Its index: `start / window`.
+    index: u64,
+    /// Refusals it counted.
+    total: u64,
+    /// Counters in use.
+    len: usize,
+    hashes: [u64; K],
+    counts: [u64; K],
+    errors: [u64; K],
+    name_lens: [u8; K],
+    names: [[u8; NAME]; K],
+}
+
+impl Epoch {
+    fn empty(index: u64) -> Epoch {
+        Epoch {
+            index,
+            total: 0,
+            len: 0,
+            hashes: [0; K],
+            counts: [0; K],
+            errors: [0; K],
+            name_lens: [0; K],
+            names: [[0; NAME]; K],
+        }
+    }
+
+    fn find(&self, hash: u64) -> Option<usize> {
+        self.hashes.get(..self.len)?.iter().position(|&h| h == hash)
+    }
+
+    fn record(&mut self, hash: u64, name: &[u8]) {
+        self.total = self.total.saturating_add(1);
+        if let Some(i) = self.find(hash) {
+            if let Some(c) = self.counts.get_mut(i) {
+                *c = c.saturating_add(1);
+            }
+            return;
+        }
+        let (i, inherited) = if self.len < K {
+            self.len += 1;
+            (self.len - 1, 0)
+        } else {
+            // The smallest counter (the first on a tie) goes to the new name.
+            let mut min = 0;
+            for (j, &c) in self.counts.iter().enumerate() {
+                if c < self.counts.get(min).copied().unwrap_or(0) {
+                    min = j;
+                }
+            }
+            (min, self.counts.get(min).copied().unwrap_or(0))
+        };
+        let (Some(h), Some(c), Some(e), Some(l), Some(n)) = (
+            self.hashes.get_mut(i),
+            self.counts.get_mut(i),
+            self.errors.get_mut(i),
+            self.name_lens.get_mut(i),
+            self.names.get_mut(i),
+        ) else {
+            return;
+        };
+        *h = hash;
+        *c = inherited.saturating_add(1);
+        *e = inherited;
+        let kept = name.len().min(NAME);
+        *l = kept as u8;
+        n[..kept].copy_from_slice(&name[..kept]);
+    }
+
+    /// What a name absent from the counters may have had: the smallest counter when all
+    /// are taken, else 0.
+    fn floor(&self) -> u64 {
+        if self.len < K {
+            0
+        } else {
+            self.counts.iter().copied().min().unwrap_or(0)
+        }
+    }
+
+    fn name(&self, i: usize) -> &[u8] {
+        let len = usize::from(self.name_lens.get(i).copied().unwrap_or(0));
+        self.names.get(i).map_or(&[], |n| &n[..len.min(NAME)])
+    }
+}
+
+/// A name in an answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Heavy {
+    /// The name (cut to [`NAME`] bytes).
+    pub name: Vec<u8>,
+    /// At least its refusals in the epochs answered for.
+    pub count: u64,
+    /// `count - error` is at most its refusals.
+    pub error: u64,
+}
+
+/// The sketch: the current epoch and the one before.
+#[derive(Clone)]
+pub struct Sketch {
+    current: Epoch,
+    previous: Epoch,
+}
+
+/// A name's identity: 64-bit FNV-1a of all its bytes.
+fn hash(name: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in name {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+impl Default for Sketch {
+    fn default() -> Self {
+        Sketch {
+            current: Epoch::empty(0),
+            previous: Epoch::empty(0),
+        }
+    }
+}
+
+impl Sketch {
+    /// An empty sketch, in a box (it is about 12 kB).
+    pub fn boxed() -> Box<Sketch> {
+        Box::default()
+    }
+
+    /// Bytes it takes.
+    pub const fn size() -> usize {
+        std::mem::size_of::<Sketch>()
+    }
+
+    /// Moves to the epoch of `now` (a clock gone back stays in the current one).
+    fn advance(&mut self, now: Millis, window: Millis) {
+        let index = now / window.max(1);
+        if index <= self.current.index {
+            return;
+        }
+        if index == self.current.index + 1 {
+            let fresh = Epoch::empty(index);
+            self.previous = std::mem::replace(&mut self.current, fresh);
+        } else {
+            self.previous = Epoch::empty(index - 1);
+            self.current = Epoch::empty(index);
+        }
+    }
+
+    /// Counts one refusal of `name` at `now`.
+    pub fn record(&mut self, name: &[u8], now: Millis, window: Millis) {
+        self.advance(now, window);
+        self.current.record(hash(name), name);
+    }
+
+    /// Refusals counted in the epochs an answer at `now` covers.
+    pub fn total(&self, now: Millis, window: Millis) -> u64 {
+        let (cur, prev) = self.epochs(now, window);
+        cur.map_or(0, |e| e.total) + prev.map_or(0, |e| e.total)
+    }
+
+    /// The epochs an answer at `now` covers: the current one and the one before, each
+    /// `None` when older than that.
+    fn epochs(&self, now: Millis, window: Millis) -> (Option<&Epoch>, Option<&Epoch>) {
+        let index = now / window.max(1);
+        let at = |e: &'_ Epoch, i: u64| -> bool { e.index == i && e.total > 0 };
+        let find = |i: u64| -> Option<&Epoch> {
+            [&self.current, &self.previous]
+                .into_iter()
+                .find(|e| at(e, i))
+        };
+        // A clock gone back answers from the current epoch.
+        let index = index.max(self.current.index);
+        (find(index), index.checked_sub(1).and_then(find))
+    }
+
+    /// The `n` names refused most in the current epoch and the one before, most first (then
+    /// by name), with their bounds.
+    pub fn top(&self, n: usize, now: Millis, window: Millis) -> Vec<Heavy> {
+        let (cur, prev) = self.epochs(now, window);
+        let epochs: Vec<&Epoch> = [cur, prev].into_iter().flatten().collect();
+        let mut seen: Vec<(u64, Heavy)> = Vec::new();
+        for (which, e) in epochs.iter().enumerate() {
+            for i in 0..e.len {
+                let h = e.hashes.get(i).copied().unwrap_or(0);
+                if seen.iter().any(|(s, _)| *s == h) {
+                    continue;
+                }
+                let mut count = 0u64;
+                let mut error = 0u64;
+                for (other, o) in epochs.iter().enumerate() {
+                    let at = if other == which { Some(i) } else { o.find(h) };
+                    match at {
+                        Some(j) => {
+                            count = count.saturating_add(o.counts.get(j).copied().unwrap_or(0));
+                            error = error.saturating_add(o.errors.get(j).copied().unwrap_or(0));
+                        }
+                        None => {
+                            let floor = o.floor();
+                            count = count.saturating_add(floor);
+                            error = error.saturating_add(floor);
+                        }
+                    }
+                }
+                seen.push((
+                    h,
+                    Heavy {
+                        name: e.name(i).to_vec(),
+                        count,
+                        error,
+                    },
+                ));
+            }
+        }
+        let mut all: Vec<Heavy> = seen.into_iter().map(|(_, h)| h).collect();
+        all.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.name.cmp(&b.name)));
+        all.truncate(n);
+        all
+    }
+}
+
+#[cfg(test)]
+mod tests;

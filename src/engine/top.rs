@@ -10,7 +10,7 @@ use std::sync::{Mutex, PoisonError};
 
 use redis_module::{Context, RedisValue};
 
-use super::{applying_decided, config, policy};
+use super::{config, policy};
 use crate::core::args::{self, Opt, Value};
 use crate::core::error::Error;
 use crate::core::meta::{self, ArgKind, Info, Keys, Stats};
@@ -32,12 +32,11 @@ pub fn record(sketch: &Shared, name: &[u8]) {
         .record(name, now, window);
 }
 
-/// Counts a refusal of the key `name` by a call without a policy (not one from the primary
-/// or the AOF, which were counted where they were decided).
-pub fn refused_key(ctx: &Context, name: &[u8]) {
-    if !applying_decided(ctx) {
-        record(&WITHOUT_POLICY, name);
-    }
+/// Counts a refusal of the key `name` by a call without a policy. (A replica applies its
+/// primary's effects, which never pass here; an AOF of the older form, commands with `NOW`,
+/// counts its refused calls again while it loads.)
+pub fn refused_key(name: &[u8]) {
+    record(&WITHOUT_POLICY, name);
 }
 
 /// `RL.TOP`.

@@ -36,6 +36,8 @@ struct Epoch {
     total: u64,
     /// Counters in use.
     len: usize,
+    /// The counter counted last: a flood repeats its name, found here first.
+    last: usize,
     hashes: [u64; K],
     counts: [u64; K],
     errors: [u64; K],
@@ -49,6 +51,7 @@ impl Epoch {
             index,
             total: 0,
             len: 0,
+            last: 0,
             hashes: [0; K],
             counts: [0; K],
             errors: [0; K],
@@ -63,24 +66,41 @@ impl Epoch {
 
     fn record(&mut self, hash: u64, name: &[u8]) {
         self.total = self.total.saturating_add(1);
-        if let Some(i) = self.find(hash) {
+        // One pass over the counters in use: the name's, or else the smallest (the first on a
+        // tie), which a new name takes when every counter is in use.
+        let len = self.len.min(K);
+        let mut found = None;
+        if self.hashes.get(self.last) == Some(&hash) && self.last < len {
+            found = Some(self.last);
+        }
+        let (mut min, mut min_count) = (0, u64::MAX);
+        if found.is_none() {
+            for (j, (&h, &c)) in self.hashes[..len]
+                .iter()
+                .zip(&self.counts[..len])
+                .enumerate()
+            {
+                if h == hash {
+                    found = Some(j);
+                    break;
+                }
+                if c < min_count {
+                    (min, min_count) = (j, c);
+                }
+            }
+        }
+        if let Some(i) = found {
             if let Some(c) = self.counts.get_mut(i) {
                 *c = c.saturating_add(1);
             }
+            self.last = i;
             return;
         }
-        let (i, inherited) = if self.len < K {
-            self.len += 1;
-            (self.len - 1, 0)
+        let (i, inherited) = if len < K {
+            self.len = len + 1;
+            (len, 0)
         } else {
-            // The smallest counter (the first on a tie) goes to the new name.
-            let mut min = 0;
-            for (j, &c) in self.counts.iter().enumerate() {
-                if c < self.counts.get(min).copied().unwrap_or(0) {
-                    min = j;
-                }
-            }
-            (min, self.counts.get(min).copied().unwrap_or(0))
+            (min, min_count)
         };
         let (Some(h), Some(c), Some(e), Some(l), Some(n)) = (
             self.hashes.get_mut(i),
@@ -91,6 +111,7 @@ impl Epoch {
         ) else {
             return;
         };
+        self.last = i;
         *h = hash;
         *c = inherited.saturating_add(1);
         *e = inherited;

@@ -48,6 +48,24 @@ registry::kinds! {
 /// something else, or nothing, elsewhere: set only on Valkey 9+).
 const VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION: i32 = 1 << 5;
 
+/// What `MEMORY USAGE` must add to a value's own bytes for a key of this module to count what
+/// it costs, as the server counts a string key: the part the server leaves out. Measured on
+/// each server of the compatibility table (`tests/commands.rs`,
+/// `memory_usage_is_what_a_key_costs`, against the growth of `used_memory`):
+/// - Redis 7.0 to 8.0, Valkey 7.2 and 8.0 count the name and its entry: the object and the
+///   module value are left, 32 bytes;
+/// - Redis 8.2+ keeps the name in the object and counts most of it: 8;
+/// - Valkey 8.1 counts neither the object nor the name: 56;
+/// - Valkey 9+ counts the object with its name: the module value is left, 16.
+fn object_overhead(server: api::Server) -> usize {
+    match (server.valkey, server.version) {
+        (true, v) if v >= (9, 0, 0) => 16,
+        (true, v) if v >= (8, 1, 0) => 56,
+        (false, v) if v >= (8, 2, 0) => 8,
+        _ => rm::storage::VALUE_OBJECT,
+    }
+}
+
 /// The module's own ACL category, `@ratelimit`, holding every command an application runs.
 const OWN_CATEGORY: &std::ffi::CStr = c"ratelimit";
 
@@ -74,6 +92,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         options |= ModuleOptions::from_bits_retain(VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION);
     }
     ctx.set_module_options(options);
+    rm::storage::set_object_overhead(object_overhead(server));
     install();
     // ACL categories depend on the server: none for module commands before 7.2, the standard
     // ones from 7.2, a module's own only where it can add one (Redis 7.4, Valkey 8.0). A list

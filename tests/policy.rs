@@ -251,9 +251,11 @@ fn some_policies(c: &mut Connection) {
         c,
         "RL.POLICY SET api minute SLIDE 3 60000 hour TOKEN 100 3600000",
     );
+    // Windows long enough that no key empties (and goes) while a test compares datasets
+    // across a restart.
     ok(
         c,
-        "RL.POLICY SET llm rpm SLIDE 60 60000 COST 1 tpm TOKEN 100000 60000",
+        "RL.POLICY SET llm rpm SLIDE 60 60000 COST 1 tpm TOKEN 100000 86400000",
     );
     ok(c, "RL.POLICY SET gone x FIXED 5 1000");
     assert_eq!(int(c, &["RL.POLICY", "DEL", "gone"]), 1);

@@ -57,8 +57,24 @@ const OWN: [usize; 4] = [0, 2, 4, 6];
 const UNREADABLE_INDEX: u32 = u32::MAX;
 
 /// What Redis allocates around every module value: its object (16 bytes) and the module
-/// value (16: the type and the pointer).
+/// value (16: the type and the pointer), which Redis 7.0 to 8.0 and Valkey 7.2 and 8.0 leave
+/// out of `MEMORY USAGE` for a module's key. Other servers count more or less of a key
+/// themselves: [`set_object_overhead`].
 pub const VALUE_OBJECT: usize = 32;
+
+static OBJECT_OVERHEAD: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(VALUE_OBJECT);
+
+/// What `MEMORY USAGE` adds to a value's own bytes on this server: the part of a key's cost
+/// (its object, module value, name and entry) the server leaves out for a module's key.
+pub fn set_object_overhead(bytes: usize) {
+    OBJECT_OVERHEAD.store(bytes, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// See [`set_object_overhead`].
+pub fn object_overhead() -> usize {
+    OBJECT_OVERHEAD.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// Where a kind's state is kept: what [`places`] computed for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -424,7 +440,7 @@ pub unsafe fn mem_usage(raw: Raw) -> usize {
     // SAFETY: as the caller promises.
     unsafe {
         if let Some(u) = unreadable(raw) {
-            return VALUE_OBJECT
+            return object_overhead()
                 + class_ceil(std::mem::size_of::<Headed<Unreadable>>())
                 + class_ceil(u.bytes.len());
         }

@@ -440,7 +440,7 @@ pub(super) unsafe fn encode_typed<K: Stored + MaybeCompact + MaybeBlock>(
 pub(super) unsafe fn mem_usage_typed<K: Stored + MaybeCompact + MaybeBlock>(raw: Raw) -> usize {
     let tag = raw.addr() & TAGS;
     if tag == COMPACT && matches!(K::PLACE, Place::Compact { .. }) {
-        return VALUE_OBJECT + class_ceil(std::mem::size_of::<Packed>());
+        return super::object_overhead() + class_ceil(std::mem::size_of::<Packed>());
     }
     // SAFETY: as the caller promises; read only.
     let Some(held) = (unsafe { borrow::<K>(raw, None) }) else {
@@ -456,7 +456,7 @@ pub(super) unsafe fn mem_usage_typed<K: Stored + MaybeCompact + MaybeBlock>(raw:
         Place::Block => class_ceil(held.heap_size()),
         _ => held.heap_size(),
     };
-    VALUE_OBJECT + own + heap
+    super::object_overhead() + own + heap
 }
 
 /// Heap allocations a value of kind `K` holds: what freeing it costs.

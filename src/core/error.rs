@@ -80,6 +80,11 @@ pub enum Error {
     /// A policy whose definition this build could not read when it was loaded (kept as it
     /// was): why.
     UnreadablePolicy(String),
+    /// The key's slot is served by another node now (it moved while a call waited): where.
+    Moved {
+        slot: u16,
+        node: Option<String>,
+    },
     /// A bug: caught instead of crashing the server.
     Internal(&'static str),
     /// The server lacks a module API function the command needs.
@@ -190,6 +195,14 @@ impl fmt::Display for Error {
                 f,
                 "ERR the policy's definition could not be read when it was loaded ({why}); it \
                  is kept as it was: RL.POLICY SET it again"
+            ),
+            Error::Moved {
+                slot,
+                node: Some(node),
+            } => write!(f, "MOVED {slot} {node}"),
+            Error::Moved { slot, node: None } => write!(
+                f,
+                "TRYAGAIN slot {slot} left this node while the call waited: call again"
             ),
             Error::Internal(what) => {
                 write!(

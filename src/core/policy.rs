@@ -51,6 +51,23 @@ pub fn hash_tag(key: &[u8]) -> Option<&[u8]> {
     rest.get(..close).filter(|tag| !tag.is_empty())
 }
 
+/// A key's Redis Cluster slot: CRC16 (XMODEM) of its hash tag, or of the key, mod 16384.
+pub fn slot(key: &[u8]) -> u16 {
+    let data = hash_tag(key).unwrap_or(key);
+    let mut crc: u16 = 0;
+    for &b in data {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc & 0x3fff
+}
+
 /// Writes the key of limiter `limiter` of policy `policy` for `subject` into `out`:
 /// `policy:limiter:subject` when the subject has a hash tag (its tag places the key), else
 /// `policy:limiter:{subject}`. Either way the key's slot is the subject's, so every key of
@@ -249,21 +266,12 @@ fn take(r: &mut Reader, max: usize) -> Result<Vec<u8>, Malformed> {
 mod tests {
     use super::*;
 
-    /// Redis Cluster's key slot (CRC16/XMODEM of the tag or the key, mod 16384).
-    fn slot(key: &[u8]) -> u16 {
-        let data = hash_tag(key).unwrap_or(key);
-        let mut crc: u16 = 0;
-        for &b in data {
-            crc ^= u16::from(b) << 8;
-            for _ in 0..8 {
-                crc = if crc & 0x8000 != 0 {
-                    (crc << 1) ^ 0x1021
-                } else {
-                    crc << 1
-                };
-            }
-        }
-        crc & 0x3fff
+    #[test]
+    fn slots_are_redis_clusters() {
+        // As CLUSTER KEYSLOT answers.
+        assert_eq!(slot(b"{u}"), 11826);
+        assert_eq!(slot(b"{w}"), 3696);
+        assert_eq!(slot(b"123456789"), 0x31c3 & 0x3fff);
     }
 
     fn key(subject: &[u8]) -> Result<Vec<u8>, Error> {

@@ -854,6 +854,65 @@ pub fn server(ctx: &Context) -> Server {
     }
 }
 
+/// Who serves a slot, for a node of a cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SlotOwner {
+    /// This node (or no cluster).
+    Me,
+    /// Another node, at `ip:port`; `None` when the cluster does not say.
+    Other(Option<String>),
+}
+
+/// Who serves `slot`, from `CLUSTER SLOTS` and `CLUSTER MYID`: this node for a server that is
+/// not in a cluster, or when it cannot tell.
+pub fn slot_owner(ctx: &Context, slot: u16) -> SlotOwner {
+    use redis_module::RedisValue as V;
+    if !ctx
+        .get_flags()
+        .contains(redis_module::ContextFlags::CLUSTER)
+    {
+        return SlotOwner::Me;
+    }
+    let text = |v: &V| match v {
+        V::SimpleString(s) | V::BulkString(s) => Some(s.clone()),
+        V::StringBuffer(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        V::BulkRedisString(s) => Some(s.to_string_lossy()),
+        _ => None,
+    };
+    let Ok(me) = ctx.call("CLUSTER", &["MYID"]) else {
+        return SlotOwner::Me;
+    };
+    let Some(me) = text(&me) else {
+        return SlotOwner::Me;
+    };
+    let Ok(V::Array(ranges)) = ctx.call("CLUSTER", &["SLOTS"]) else {
+        return SlotOwner::Me;
+    };
+    for range in ranges {
+        let V::Array(fields) = range else { continue };
+        let (Some(V::Integer(start)), Some(V::Integer(end)), Some(V::Array(primary))) =
+            (fields.first(), fields.get(1), fields.get(2))
+        else {
+            continue;
+        };
+        if !(*start..=*end).contains(&i64::from(slot)) {
+            continue;
+        }
+        let id = primary.get(2).and_then(text);
+        if id.as_deref() == Some(me.as_str()) {
+            return SlotOwner::Me;
+        }
+        let ip = primary.first().and_then(text);
+        let port = match primary.get(1) {
+            Some(V::Integer(p)) => Some(*p),
+            _ => None,
+        };
+        return SlotOwner::Other(ip.zip(port).map(|(ip, port)| format!("{ip}:{port}")));
+    }
+    // No node serves it (a cluster being changed): not this one.
+    SlotOwner::Other(None)
+}
+
 /// Propagates the command being run as it is, to replicas and the AOF.
 pub fn replicate_verbatim(ctx: &Context) {
     // SAFETY: ctx is the running command's.

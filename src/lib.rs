@@ -57,7 +57,7 @@ const VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION: i32 = 1 << 5;
 /// - Redis 8.2+ keeps the name in the object and counts most of it: 8;
 /// - Valkey 8.1 counts neither the object nor the name: 56;
 /// - Valkey 9+ counts the object with its name: the module value is left, 16.
-fn object_overhead(server: api::Server) -> usize {
+fn object_overhead(server: rm::server::Server) -> usize {
     match (server.valkey, server.version) {
         (true, v) if v >= (9, 0, 0) => 16,
         (true, v) if v >= (8, 1, 0) => 56,
@@ -86,7 +86,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // signalled as modified only when a call changed them. On Valkey 9+, the module handles
     // atomic slot migration (`CLUSTER MIGRATESLOTS`): a slot's keys reach the target as
     // `RL.RESTORE` (their AOF form) and their later changes as the effects a replica applies.
-    let server = api::server(ctx);
+    let server = rm::server::server(ctx);
     let mut options = ModuleOptions::HANDLE_IO_ERRORS | ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED;
     if server.valkey && server.version >= (9, 0, 0) {
         options |= ModuleOptions::from_bits_retain(VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION);
@@ -127,7 +127,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         server.name()
     ));
     // A dataset loaded in place of the server's brings its own policies.
-    api::on_loading_start(ctx, engine::policy::clear);
+    rm::server::on_loading_start(ctx, engine::policy::clear);
     rm::block::init(ctx);
     rm::freer::init();
     Status::Ok

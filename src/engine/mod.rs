@@ -6,7 +6,8 @@
 //!   call that may wait joins the key's waiters (`rm::block`).
 //! - [`rate`]: a rate limiter's command, made from its `Rate` and `Limit`.
 //! - [`generic`]: `RL.PEEK`, `RL.REFUND`, `RL.CHARGE` on whatever kind a key holds.
-//! - [`all`]: `RL.ALL`, one all-or-nothing decision across keys of any kinds.
+//! - [`all`]: `RL.ALL`, one all-or-nothing decision across keys of any kinds; [`combine`],
+//!   the five fields such a call answers.
 //! - [`apply`]: `RL.APPLY` and `RL.RESTORE`, what replication and the AOF carry.
 //! - [`policy`]: `RL.POLICY SET/GET/DEL/LIST`, limits kept in the server, and `RL.HIT`.
 //! - [`top`]: `RL.TOP`, who is refused most.
@@ -32,6 +33,7 @@
 pub mod all;
 pub mod apply;
 pub mod call;
+pub mod combine;
 pub mod config;
 pub mod generic;
 pub mod info;

@@ -348,7 +348,7 @@ impl Handler for Set {
         let name = name.as_bytes();
         let policy = make(name, &words, tracking_of(name))?;
         put(policy, !applying_decided(ctx))?;
-        api::replicate_verbatim(ctx);
+        crate::rm::server::replicate_verbatim(ctx);
         Ok(Answer::One(Reply::Ok))
     }
 }
@@ -426,7 +426,7 @@ impl Handler for Del {
         };
         let gone = store().remove(name.as_bytes()).is_some();
         if gone {
-            api::replicate_verbatim(ctx);
+            crate::rm::server::replicate_verbatim(ctx);
         }
         ctx.reply(Ok(RedisValue::Integer(i64::from(gone))));
         Ok(Answer::Written(true))

@@ -212,7 +212,7 @@ fn serve(ctx: &Context, key: &QueueKey) {
         // again, as a key it asked about elsewhere would tell it, and nothing is taken here.
         if served == 0 {
             let slot = crate::core::policy::slot(&key.1);
-            if let api::SlotOwner::Other(node) = api::slot_owner(ctx, slot) {
+            if let super::server::SlotOwner::Other(node) = super::server::slot_owner(ctx, slot) {
                 let all: Vec<u64> = waiting()
                     .queues
                     .get(key)
@@ -430,7 +430,7 @@ pub fn init(ctx: &Context) {
         let detached = unsafe { detach(ctx.ctx) };
         DETACHED.store(detached, Relaxed);
     }
-    api::subscribe_flush(ctx, Some(on_flush));
+    super::server::subscribe_flush(ctx, Some(on_flush));
 }
 
 /// A key of the type left the keyspace (DEL, UNLINK, expiry, eviction, overwrite), on the

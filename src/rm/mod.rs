@@ -20,4 +20,5 @@ pub mod freer;
 pub mod intern;
 pub mod key;
 pub mod load;
+pub mod server;
 pub mod storage;

@@ -491,3 +491,21 @@ fn rl_top_forgets_what_is_older_than_its_window() {
     let e = err(&mut c, &["CONFIG", "SET", "ratelimit.top-window-ms", "10"]);
     assert!(e.starts_with("ERR"), "{e}");
 }
+
+#[rstest]
+fn a_rewrite_without_rdb_preamble_says_it_cannot_hold_the_policies() {
+    let s = Server::start(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
+    let mut c = s.conn();
+    ok(&mut c, "RL.POLICY SET api x SLIDE 5 1000");
+    let rewriting = |c: &mut Connection| {
+        let info = text(c, &["INFO", "persistence"]);
+        !(info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0"))
+    };
+    wait_until("no AOF rewrite", 30, || !rewriting(&mut c));
+    line(&mut c, "BGREWRITEAOF").unwrap();
+    wait_until("the AOF rewrite", 30, || !rewriting(&mut c));
+    wait_until("the warning", 10, || {
+        s.log()
+            .contains("this AOF rewrite has no RDB preamble (aof-use-rdb-preamble no)")
+    });
+}

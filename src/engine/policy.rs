@@ -257,6 +257,23 @@ fn load_aux(bytes: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// At the start of an AOF rewrite: without an RDB preamble (`aof-use-rdb-preamble no`) the
+/// rewritten AOF cannot hold the policies (a module's aux data goes only in RDBs), so the
+/// log says which would be missing after a restart from it.
+pub fn on_aof_rewrite(ctx: &Context) {
+    let names: Vec<String> = store().keys().map(|n| lossy(n)).collect();
+    if names.is_empty() || crate::rm::server::aof_rdb_preamble(ctx) {
+        return;
+    }
+    ctx.log_warning(&format!(
+        "ratelimit: this AOF rewrite has no RDB preamble (aof-use-rdb-preamble no), which \
+         alone can hold the policies: a restart from it would have none of {} \
+         ({}); set aof-use-rdb-preamble yes, or set them again after such a restart",
+        names.len(),
+        names.join(", ")
+    ));
+}
+
 /// At the start of a load (an RDB, the AOF, a full sync): the dataset's policies replace
 /// the server's, so none is left from before.
 pub fn clear() {

@@ -157,7 +157,7 @@ pub fn wait(
                 deadline,
             });
     }
-    serve(ctx, &key);
+    serve(ctx, &key, Slot::Routed);
     Ok(())
 }
 
@@ -170,13 +170,22 @@ pub fn kick(ctx: &Context, name: Arg) {
     }
     let key = (api::selected_db(ctx), name.as_bytes().to_vec());
     if has_waiters(key.0, &key.1) {
-        serve(ctx, &key);
+        serve(ctx, &key, Slot::Routed);
     }
+}
+
+/// Whether the node is known to serve a key's slot when its waiters are served.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    /// From a command on the key (or the call that waits): routed here, so it does.
+    Routed,
+    /// From a timer or an event: the slot may have moved since (a resharding), so ask.
+    Unknown,
 }
 
 /// Serves the key's waiters in order while they are served, then sets the key's timer for
 /// when the head said to try again.
-fn serve(ctx: &Context, key: &QueueKey) {
+fn serve(ctx: &Context, key: &QueueKey, slot_known: Slot) {
     let Some(name) = api::OwnedString::new(ctx, &key.1) else {
         return;
     };
@@ -210,7 +219,7 @@ fn serve(ctx: &Context, key: &QueueKey) {
         // A key whose slot another node serves now (moved by a resharding while its callers
         // waited, an atomic slot migration among them): each waiter is told where to call
         // again, as a key it asked about elsewhere would tell it, and nothing is taken here.
-        if served == 0 {
+        if served == 0 && slot_known == Slot::Unknown {
             let slot = crate::core::policy::slot(&key.1);
             if let super::server::SlotOwner::Other(node) = super::server::slot_owner(ctx, slot) {
                 let all: Vec<u64> = waiting()
@@ -322,7 +331,7 @@ unsafe extern "C" fn on_wake(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
         if let Some(q) = waiting().queues.get_mut(&*key) {
             q.wake = None;
         }
-        serve(ctx, &key);
+        serve(ctx, &key, Slot::Unknown);
     });
 }
 
@@ -345,7 +354,7 @@ unsafe extern "C" fn on_deadline(ctx: *mut raw::RedisModuleCtx, data: *mut c_voi
             }
             key
         };
-        serve(ctx, &key);
+        serve(ctx, &key, Slot::Unknown);
         let Some((key, waiter)) = waiting().remove(serial) else {
             return; // served just now
         };
@@ -358,7 +367,7 @@ unsafe extern "C" fn on_deadline(ctx: *mut raw::RedisModuleCtx, data: *mut c_voi
         api::select_db(ctx, previous_db);
         answer_waiter(ctx, waiter, answer);
         // The head may have been this waiter: the next one may be served.
-        serve(ctx, &key);
+        serve(ctx, &key, Slot::Unknown);
     });
 }
 

@@ -24,6 +24,19 @@ pub mod policy;
 pub mod retention;
 pub mod top;
 
+/// 64-bit FNV-1a's starting value.
+pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// 64-bit FNV-1a of `bytes`, going on from `h` ([`FNV_OFFSET`] to start): the hash of policy
+/// names, of their digests, and of `RL.TOP`'s names (short, not chosen to collide).
+pub fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
 /// Milliseconds since the Unix epoch. Every algorithm is handed one; none reads a clock.
 pub type Millis = u64;
 

@@ -184,19 +184,9 @@ pub fn check_subject(subject: &[u8]) -> Result<bool, Error> {
 /// The same definition gives the same digest on every server and build, so operators can
 /// compare nodes (`RL.POLICY LIST`).
 pub fn digest<'w>(words: impl IntoIterator<Item = &'w [u8]>) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |b: u8| {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    };
-    for w in words {
-        for b in (w.len() as u32).to_le_bytes() {
-            eat(b);
-        }
-        for &b in w {
-            eat(b);
-        }
-    }
+    let h = words.into_iter().fold(super::FNV_OFFSET, |h, w| {
+        super::fnv1a(super::fnv1a(h, &(w.len() as u32).to_le_bytes()), w)
+    });
     format!("{h:016x}")
 }
 

@@ -222,12 +222,16 @@ fn serve(ctx: &Context, key: &QueueKey, slot_known: Slot) {
         if served == 0 && slot_known == Slot::Unknown {
             let slot = crate::core::policy::slot(&key.1);
             if let super::server::SlotOwner::Other(node) = super::server::slot_owner(ctx, slot) {
-                let all: Vec<u64> = waiting()
+                // At most SERVE_MAX a turn, as served waiters are: the rest on the next.
+                let some: Vec<u64> = waiting()
                     .queues
                     .get(key)
-                    .map(|q| q.waiters.iter().map(|w| w.serial).collect())
+                    .map(|q| q.waiters.iter().take(SERVE_MAX).map(|w| w.serial).collect())
                     .unwrap_or_default();
-                for serial in all {
+                if some.len() == SERVE_MAX {
+                    wake = Some(0);
+                }
+                for serial in some {
                     if let Some((_, waiter)) = waiting().remove(serial) {
                         let moved = Error::Moved {
                             slot,

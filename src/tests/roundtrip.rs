@@ -75,8 +75,8 @@ fn lease_id(pick: u8, now: Millis) -> Option<String> {
     })
 }
 
-/// One limiter of a kind with edge parameters (`p` picks them), as `RL.ALL` takes it (a
-/// `CL.THROTTLE` call's words after `THROTTLE`, which `RL.ALL` does not take).
+/// One limiter of a kind with edge parameters (`p` picks them), as `RL.ALL` takes it (for
+/// `CL.THROTTLE`, its words after the key, `THROTTLE` first).
 fn spec_words(kind: u8, p: [u8; 4], now: Millis) -> String {
     let pick = |i: usize, options: &[u64]| options[usize::from(p[i]) % options.len()];
     match kind % KINDS {
@@ -348,7 +348,7 @@ fn limiter(kind: u8, key: u8, line: &str) -> Result<Box<dyn Limiter>, Error> {
         2 => spec::<RateCommand<Leaky>>(key, &words),
         3 => spec::<RateCommand<FixedWindow>>(key, &words),
         4 => spec::<RateCommand<SubWindow>>(key, &words),
-        6 => Err(Error::Invalid("not among RL.ALL's limiters")),
+        6 => spec::<RateCommand<Throttle>>(key, &words),
         _ => spec::<Acquire>(key, &words),
     }
 }
@@ -381,7 +381,7 @@ fn run(db: &mut Db, op: &Op, now: Millis) -> Vec<(u8, Vec<u8>)> {
                 }
             }
             if let ([key], [(kind, line, pick)]) = (&keys[..], &lines[..]) {
-                if pick % 2 == 0 || kind % KINDS == 6 {
+                if pick % 2 == 0 {
                     effects.extend(own(db, *kind, *key, line, now).map(|e| (*key, e)));
                     return effects;
                 }

@@ -156,12 +156,7 @@ pub struct Sketch {
 
 /// A name's identity: 64-bit FNV-1a of all its bytes.
 fn hash(name: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in name {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
+    super::fnv1a(super::FNV_OFFSET, name)
 }
 
 impl Default for Sketch {

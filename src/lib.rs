@@ -128,7 +128,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     ));
     // A dataset loaded in place of the server's brings its own policies.
     rm::server::on_loading_start(ctx, engine::policy::clear);
-    rm::server::on_aof_rewrite_start(ctx, engine::policy::on_aof_rewrite);
+    rm::aof::init(ctx);
     rm::block::init(ctx);
     rm::freer::init();
     Status::Ok

@@ -64,6 +64,22 @@ macro_rules! kinds {
                 }
             };
 
+            /// Every command's effect code (`Command::EFFECT_CODE`, 0 for a textual
+            /// effect), the generic commands' with the kinds': a replica applies an effect
+            /// by its code, so no two commands may share one.
+            const EFFECT_CODES: &[&[u8]] = &[
+                &[
+                    $crate::engine::generic::REFUND_CODE,
+                    $crate::engine::generic::CHARGE_CODE,
+                ],
+                $($crate::registry::effect_codes!($module, $state, $commands),)+
+            ];
+
+            const _: () = assert!(
+                $crate::registry::distinct_codes(EFFECT_CODES),
+                "two commands share an effect code"
+            );
+
             $(
                 impl Stored for kinds::$module::$state {
                     const INDEX: u8 = index_of(<Self as Kind>::CODE);
@@ -109,6 +125,38 @@ macro_rules! hooks {
     };
 }
 
+/// A kind's commands' effect codes, as a list for [`kinds`]' array (see
+/// [`distinct_codes`]).
+macro_rules! effect_codes {
+    ($module:ident, $state:ident, rate) => {
+        &[<kinds::$module::$state as $crate::core::kind::Rate>::EFFECT_CODE]
+    };
+    ($module:ident, $state:ident, [$($command:ident),+]) => {
+        &[$(<kinds::$module::$command as $crate::core::kind::Command>::EFFECT_CODE),+]
+    };
+}
+
+/// Whether the effect codes other than 0 (a textual effect) are all different, over every
+/// group of them.
+pub const fn distinct_codes(groups: &[&[u8]]) -> bool {
+    let mut seen = [false; 256];
+    let mut g = 0;
+    while g < groups.len() {
+        let codes = groups[g];
+        let mut i = 0;
+        while i < codes.len() {
+            let code = codes[i] as usize;
+            if code != 0 && seen[code] {
+                return false;
+            }
+            seen[code] = true;
+            i += 1;
+        }
+        g += 1;
+    }
+    true
+}
+
 /// A kind's command entries: its rate command, or its list of commands.
 macro_rules! commands {
     ($module:ident, $state:ident, rate) => {
@@ -119,4 +167,16 @@ macro_rules! commands {
     };
 }
 
-pub(crate) use {commands, hooks, kinds};
+pub(crate) use {commands, effect_codes, hooks, kinds};
+
+#[cfg(test)]
+mod tests {
+    use super::distinct_codes;
+
+    #[test]
+    fn effect_codes_are_checked_for_duplicates() {
+        assert!(distinct_codes(&[&[6, 7], &[1], &[2, 0, 0], &[]]));
+        assert!(!distinct_codes(&[&[6, 7], &[1], &[7]]));
+        assert!(!distinct_codes(&[&[3, 3]]));
+    }
+}

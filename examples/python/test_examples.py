@@ -170,7 +170,7 @@ class Reply(unittest.TestCase):
         self.assertEqual([(p.limit, p.remaining) for p in d.parts], [(2, 1), (100, 70)])
         d = hit(self.r, name, "user:1", cost=80)
         self.assertEqual((d.allowed, d.refused_by), (False, b"tpm"))
-        self.assertEqual(self.r.type(f"{name}:tpm:{{user:1}}"), b"ratelimit")
+        self.assertEqual(self.r.type(f"{name}|tpm|token|{{user:1}}"), b"ratelimit")
         self.r.execute_command("RL.POLICY", "DEL", name)
 
     def test_peek_refund_charge(self):

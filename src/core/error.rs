@@ -77,6 +77,12 @@ pub enum Error {
     NoPolicy(String),
     /// The server holds the most policies it may.
     TooManyPolicies(usize),
+    /// `RL.POLICY SET` or `DEL` from a client not allowed to change policies (an
+    /// administrator's, as `CONFIG SET` is).
+    PolicyAdmin,
+    /// `RL.POLICY SET` or `DEL` from a client of a replica, whose policies follow its
+    /// primary's.
+    PolicyOnReplica,
     /// A policy whose definition this build could not read when it was loaded (kept as it
     /// was): why.
     UnreadablePolicy(String),
@@ -190,6 +196,17 @@ impl fmt::Display for Error {
             Error::TooManyPolicies(max) => write!(
                 f,
                 "ERR the server holds {max} policies, the most it may: RL.POLICY DEL one first"
+            ),
+            Error::PolicyAdmin => write!(
+                f,
+                "NOPERM RL.POLICY SET and DEL change the limits of every client: they run for \
+                 a user allowed CONFIG SET (an administrator), from the primary, or while \
+                 loading the AOF"
+            ),
+            Error::PolicyOnReplica => write!(
+                f,
+                "READONLY a replica takes its policies from its primary: run RL.POLICY SET \
+                 and DEL there"
             ),
             Error::UnreadablePolicy(why) => write!(
                 f,

@@ -218,6 +218,17 @@ pub struct Clock {
     pub decided: bool,
 }
 
+impl Clock {
+    /// How much longer than its state's own empty time a key lives after a change that left
+    /// the state at `latest`: the time from `latest` to the server clock, when the state is
+    /// behind it (a lagging `NOW`). The key then expires as far past the server clock as
+    /// the state is from empty, never more than its limiter's own span, whatever `NOW`
+    /// said. 0 for an effect, and for a state at or ahead of the server clock.
+    pub fn key_lag(&self, latest: Millis) -> Millis {
+        self.caller.saturating_add(self.lag).saturating_sub(latest)
+    }
+}
+
 /// A command on one key of a kind: its grammar, what it decides, and its effect.
 pub trait Command: 'static {
     type Kind: Kind;
@@ -252,6 +263,10 @@ pub trait Command: 'static {
 
     /// The effect's compact code, 0 for a textual effect (see `core::effect`).
     const EFFECT_CODE: u8 = 0;
+
+    /// Whether a reply with 0 in its `allowed` field is a refusal (what `RL.TOP` counts),
+    /// rather than an answer (`RL.RELEASE` of a lease not held).
+    const REFUSES: bool = true;
 
     /// The timeout of a call that may wait for its units (`BLOCK`), if it may.
     fn block(_call: &Self::Call<'_>) -> Option<u64> {

@@ -3,16 +3,15 @@
 //!
 //! A policy is a name and one or more limiters, each a name and `RL.ALL`'s words for it
 //! (`minute SLIDE 100 60000`). `RL.HIT policy subject` decides under every limiter at once,
-//! each on its own key, derived from the subject ([`key_for`]) so that all of a subject's
-//! keys are in one slot, the one a cluster client routes the subject to.
+//! each on its own key, derived from the policy, the limiter, its kind and the subject
+//! ([`key_for`]): distinct ones always give distinct keys, and all of a subject's keys are
+//! in one slot, the one a cluster client routes the subject to.
 
 use super::codec::{put_varint, Malformed, Reader};
 use super::error::Error;
 
-/// The most policies a server holds. Each takes its definition's words, at most
-/// [`MAX_WORDS`] of at most 64 bytes (about 2 kB with the parsed limiters), and once a call
-/// under it was refused, its sketch of who is refused (about 12 kB): at most about 14 MB
-/// for them all.
+/// The most policies a server holds, whatever way they come (a client, the primary, the
+/// AOF, an RDB): what one takes is bounded in `engine::policy` (see its `MAX_BYTES`).
 pub const MAX_POLICIES: usize = 1024;
 
 /// The longest name of a policy or of a limiter.
@@ -28,7 +27,8 @@ pub const MAX_WORD: usize = 64;
 pub const MAX_SUBJECT: usize = 1024;
 
 /// Checks a policy's or a limiter's name (`what`): 1 to 64 letters, digits, and `_ - . :`,
-/// so that it reads the same in keys, `INFO` and logs.
+/// so that it reads the same in keys, `INFO` and logs (and holds none of the `|`, `{`, `}`
+/// a derived key is built with).
 pub fn check_name(what: &'static str, name: &[u8]) -> Result<(), Error> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME
@@ -39,6 +39,85 @@ pub fn check_name(what: &'static str, name: &[u8]) -> Result<(), Error> {
         Ok(())
     } else {
         Err(Error::InvalidWord(what, super::args::lossy(name)))
+    }
+}
+
+/// Whether `name` may name a new limiter, beyond [`check_name`]: it starts with a letter
+/// (a word starting otherwise reads as a number among a limiter's parameters) and is none
+/// of the words a definition's grammar gives a meaning (`reserved`: the kinds' keywords and
+/// options, `NOW`, `BLOCK`), compared without case. Definitions made before this rule load
+/// as they were.
+pub fn check_new_limiter_name(name: &[u8], reserved: impl Fn(&[u8]) -> bool) -> Result<(), Error> {
+    if !name.first().is_some_and(u8::is_ascii_alphabetic) {
+        return Err(Error::InvalidWord(
+            "a limiter's name starts with a letter",
+            super::args::lossy(name),
+        ));
+    }
+    if reserved(name) {
+        return Err(Error::InvalidWord(
+            "a limiter's name may not be a keyword of the policy grammar (a kind, an option, NOW, BLOCK)",
+            super::args::lossy(name),
+        ));
+    }
+    Ok(())
+}
+
+/// Appends a policy's name as an `INFO` field name: as it is, but `:` (which ends a field
+/// name) written `|`, which no name holds, so that distinct names give distinct fields.
+pub fn info_name(name: &[u8], out: &mut Vec<u8>) {
+    out.extend(name.iter().map(|&b| if b == b':' { b'|' } else { b }));
+}
+
+/// A definition's words, kept in one allocation: each word's length (one byte: a word is at
+/// most [`MAX_WORD`] bytes) and bytes, back to back.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Words {
+    bytes: Box<[u8]>,
+    count: usize,
+}
+
+impl Words {
+    /// The words, each at most [`MAX_WORD`] bytes (longer ones are cut: not reached, the
+    /// callers check first).
+    pub fn new<'w>(words: impl IntoIterator<Item = &'w [u8]>) -> Words {
+        let mut bytes = Vec::new();
+        let mut count = 0;
+        for w in words {
+            let w = w.get(..MAX_WORD).unwrap_or(w);
+            bytes.push(w.len() as u8);
+            bytes.extend_from_slice(w);
+            count += 1;
+        }
+        Words {
+            bytes: bytes.into_boxed_slice(),
+            count,
+        }
+    }
+
+    /// How many words.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The words, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let mut rest = &self.bytes[..];
+        std::iter::from_fn(move || {
+            let (&len, tail) = rest.split_first()?;
+            let (word, after) = tail.split_at(usize::from(len).min(tail.len()));
+            rest = after;
+            Some(word)
+        })
+    }
+
+    /// Bytes the words take on the heap.
+    pub fn heap_size(&self) -> usize {
+        self.bytes.len()
     }
 }
 
@@ -68,20 +147,27 @@ pub fn slot(key: &[u8]) -> u16 {
     crc & 0x3fff
 }
 
-/// Writes the key of limiter `limiter` of policy `policy` for `subject` into `out`:
-/// `policy:limiter:subject` when the subject has a hash tag (its tag places the key), else
-/// `policy:limiter:{subject}`. Either way the key's slot is the subject's, so every key of
-/// one call is in the slot a cluster client sends the subject to. A subject without a tag
-/// that holds `}` could not be wrapped so (the tag would stop at it): refused, as are the
-/// empty subject and one over [`MAX_SUBJECT`] bytes.
+/// Writes the key of limiter `limiter` (of kind `kind`, its keyword, written in lower case) of policy
+/// `policy` for `subject` into `out`: `policy|limiter|kind|{subject}`, or
+/// `policy|limiter|kind|=subject` when the subject has a hash tag (its tag places the key).
+///
+/// Names hold no `|` (see [`check_name`]), and the byte after the third `|` tells a wrapped
+/// subject from a tagged one, so distinct (policy, limiter, kind, subject) always give
+/// distinct keys. The kind is in the key so that a limiter set again as another kind starts
+/// on a key of its own instead of meeting the old one's (`WRONGTYPE`). Either way the key's
+/// slot is the subject's: a policy's or a limiter's name holds no `{`, and a subject without
+/// a tag is wrapped whole, so every key of one call is in the slot a cluster client sends
+/// the subject to. A subject without a tag that holds `}` could not be wrapped so (the tag
+/// would stop at it): refused, as are the empty subject and one over [`MAX_SUBJECT`] bytes.
 pub fn key_for(
     policy: &[u8],
     limiter: &[u8],
+    kind: &[u8],
     subject: &[u8],
     out: &mut impl KeyBuf,
 ) -> Result<(), Error> {
     let tagged = check_subject(subject)?;
-    write_key(policy, limiter, subject, tagged, out);
+    write_key(policy, limiter, kind, subject, tagged, out);
     Ok(())
 }
 
@@ -90,18 +176,26 @@ pub fn key_for(
 pub fn write_key(
     policy: &[u8],
     limiter: &[u8],
+    kind: &[u8],
     subject: &[u8],
     tagged: bool,
     out: &mut impl KeyBuf,
 ) {
     out.put(policy);
-    out.put(b":");
+    out.put(b"|");
     out.put(limiter);
+    out.put(b"|");
+    let mut lower = [0u8; MAX_KIND];
+    let kind = kind.get(..MAX_KIND).unwrap_or(kind);
+    for (l, k) in lower.iter_mut().zip(kind) {
+        *l = k.to_ascii_lowercase();
+    }
+    out.put(lower.get(..kind.len()).unwrap_or_default());
     if tagged {
-        out.put(b":");
+        out.put(b"|=");
         out.put(subject);
     } else {
-        out.put(b":{");
+        out.put(b"|{");
         out.put(subject);
         out.put(b"}");
     }
@@ -118,8 +212,12 @@ impl KeyBuf for Vec<u8> {
     }
 }
 
-/// The longest key a policy derives: its name, a limiter's, a subject, and 4 more bytes.
-pub const MAX_KEY: usize = MAX_NAME + MAX_NAME + MAX_SUBJECT + 4;
+/// The longest kind keyword a key holds.
+pub const MAX_KIND: usize = 16;
+
+/// The longest key a policy derives: its name, a limiter's, a kind, a subject, and 5 more
+/// bytes.
+pub const MAX_KEY: usize = MAX_NAME + MAX_NAME + MAX_KIND + MAX_SUBJECT + 5;
 
 /// A key on the stack (a call's keys are built once each, then handed to the server).
 pub struct Key {
@@ -180,14 +278,66 @@ pub fn check_subject(subject: &[u8]) -> Result<bool, Error> {
     Ok(tagged)
 }
 
-/// A definition's digest: 64-bit FNV-1a over its words, each preceded by its length, in hex.
-/// The same definition gives the same digest on every server and build, so operators can
-/// compare nodes (`RL.POLICY LIST`).
-pub fn digest<'w>(words: impl IntoIterator<Item = &'w [u8]>) -> String {
-    let h = words.into_iter().fold(super::FNV_OFFSET, |h, w| {
+/// A definition's digest: 64-bit FNV-1a over its words, each preceded by its length. The
+/// same definition gives the same digest on every server and build, so operators can
+/// compare nodes (`RL.POLICY LIST`, `INFO`, written as 16 hex digits: [`hex`]).
+pub fn digest<'w>(words: impl IntoIterator<Item = &'w [u8]>) -> u64 {
+    words.into_iter().fold(super::FNV_OFFSET, |h, w| {
         super::fnv1a(super::fnv1a(h, &(w.len() as u32).to_le_bytes()), w)
-    });
-    format!("{h:016x}")
+    })
+}
+
+/// A digest as it is shown: 16 lower-case hex digits.
+pub fn hex(digest: u64) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    for (i, d) in out.iter_mut().enumerate() {
+        let nibble = (digest >> (60 - 4 * i)) & 0xf;
+        *d = b"0123456789abcdef"[nibble as usize];
+    }
+    out
+}
+
+/// A policy's name, kept inline (a server walks its policies for `INFO` without reaching
+/// for each name elsewhere); checked by [`check_name`] before it is made.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Name {
+    len: u8,
+    bytes: [u8; MAX_NAME],
+}
+
+impl Name {
+    /// `name`, if it is at most [`MAX_NAME`] bytes.
+    pub fn new(name: &[u8]) -> Option<Name> {
+        let mut bytes = [0u8; MAX_NAME];
+        bytes.get_mut(..name.len())?.copy_from_slice(name);
+        Some(Name {
+            len: name.len() as u8,
+            bytes,
+        })
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        self.bytes.get(..usize::from(self.len)).unwrap_or_default()
+    }
+}
+
+impl std::hash::Hash for Name {
+    /// As its bytes hash, so that a store keyed by names is looked up by bytes.
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.as_bytes().hash(h);
+    }
+}
+
+impl std::borrow::Borrow<[u8]> for Name {
+    fn borrow(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl std::fmt::Debug for Name {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self.as_bytes()))
+    }
 }
 
 /// The persisted form of the policies (the RDB's aux data): a version byte, the count, then
@@ -196,7 +346,7 @@ pub const AUX_VERSION: u8 = 1;
 
 /// Writes the policies, each as its name and definition words.
 pub fn encode<'p>(
-    policies: impl ExactSizeIterator<Item = (&'p [u8], &'p [Box<[u8]>])>,
+    policies: impl ExactSizeIterator<Item = (&'p [u8], &'p Words)>,
     out: &mut Vec<u8>,
 ) {
     out.push(AUX_VERSION);
@@ -205,7 +355,7 @@ pub fn encode<'p>(
         put_varint(out, name.len() as u64);
         out.extend_from_slice(name);
         put_varint(out, words.len() as u64);
-        for w in words {
+        for w in words.iter() {
             put_varint(out, w.len() as u64);
             out.extend_from_slice(w);
         }
@@ -214,7 +364,7 @@ pub fn encode<'p>(
 
 /// A persisted policy: its name and its words, as written (checked again as `RL.POLICY SET`
 /// checks them, by the caller).
-pub type Persisted = (Vec<u8>, Vec<Box<[u8]>>);
+pub type Persisted = (Vec<u8>, Words);
 
 /// Reads what [`encode`] wrote: bounded as `RL.POLICY SET` bounds a policy.
 pub fn decode(bytes: &[u8]) -> Result<Vec<Persisted>, Malformed> {
@@ -235,9 +385,9 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Persisted>, Malformed> {
         }
         let mut words = Vec::with_capacity(count as usize);
         for _ in 0..count {
-            words.push(take(&mut r, MAX_WORD)?.into_boxed_slice());
+            words.push(take(&mut r, MAX_WORD)?);
         }
-        out.push((name, words));
+        out.push((name, Words::new(words.iter().map(Vec::as_slice))));
     }
     r.finish()?;
     Ok(out)
@@ -266,13 +416,54 @@ mod tests {
 
     fn key(subject: &[u8]) -> Result<Vec<u8>, Error> {
         let mut out = Vec::new();
-        key_for(b"api", b"minute", subject, &mut out).map(|()| out)
+        key_for(b"api", b"minute", b"slide", subject, &mut out).map(|()| out)
+    }
+
+    #[test]
+    fn distinct_limiters_and_subjects_give_distinct_keys() {
+        let k = |p: &str, l: &str, kind: &str, s: &str| {
+            let mut out = Vec::new();
+            key_for(
+                p.as_bytes(),
+                l.as_bytes(),
+                kind.as_bytes(),
+                s.as_bytes(),
+                &mut out,
+            )
+            .map(|()| String::from_utf8(out).unwrap())
+        };
+        // What collided when the key was `policy:limiter:{subject}`.
+        assert_ne!(
+            k("api", "m", "slide", "alice"),
+            k("api", "m", "slide", "{alice}")
+        );
+        assert_ne!(k("a", "b:c", "slide", "u"), k("a:b", "c", "slide", "u"));
+        assert_ne!(k("p", "l", "slide", "x:{y}"), k("p", "l:x", "slide", "{y}"));
+        assert_ne!(k("p", "l", "slide", "u"), k("p", "l", "token", "u"));
+        // Every (policy, limiter, subject) over a small alphabet: no two alike.
+        let names = ["a", "b", "a:b", "b:a", "a:", ":a", "a.b", "a_b", "a-b"];
+        let subjects = [
+            "a", "{a}", "a:{a}", "{a}:a", "{a}{b}", "x{a}", "a{", "{a:b}", "{", "a:b",
+        ];
+        let mut seen = std::collections::HashSet::new();
+        for p in names {
+            for l in names {
+                for s in subjects {
+                    let key = k(p, l, "slide", s).unwrap();
+                    assert!(seen.insert(key.clone()), "{p} {l} {s}: {key} again");
+                    assert_eq!(slot(key.as_bytes()), slot(s.as_bytes()), "{key}");
+                }
+            }
+        }
     }
 
     #[test]
     fn keys_are_in_the_subjects_slot() {
-        assert_eq!(key(b"user:42").unwrap(), b"api:minute:{user:42}");
-        assert_eq!(key(b"user:{42}:x").unwrap(), b"api:minute:user:{42}:x");
+        assert_eq!(key(b"user:42").unwrap(), b"api|minute|slide|{user:42}");
+        assert_eq!(
+            key(b"user:{42}:x").unwrap(),
+            b"api|minute|slide|=user:{42}:x"
+        );
         for subject in [
             &b"user:42"[..],
             b"user:{42}",
@@ -328,18 +519,44 @@ mod tests {
     #[test]
     fn names() {
         assert!(check_name("n", b"api-v2.minute:1_x").is_ok());
-        for bad in [&b""[..], b"a b", b"{x}", b"caf\xc3\xa9", &[b'a'; 65]] {
+        for bad in [
+            &b""[..],
+            b"a b",
+            b"{x}",
+            b"a|b",
+            b"caf\xc3\xa9",
+            &[b'a'; 65],
+        ] {
             assert!(check_name("n", bad).is_err());
         }
+        let reserved = |w: &[u8]| w.eq_ignore_ascii_case(b"SLIDE");
+        assert!(check_new_limiter_name(b"minute", reserved).is_ok());
+        for bad in [&b"slide"[..], b"Slide", b"1m", b"_x", b"-x", b".x", b":x"] {
+            assert!(check_new_limiter_name(bad, reserved).is_err(), "{bad:?}");
+        }
+        let info = |n: &[u8]| {
+            let mut out = Vec::new();
+            info_name(n, &mut out);
+            out
+        };
+        assert_eq!(info(b"a:b"), b"a|b");
+        assert_ne!(info(b"a:b"), info(b"a_b"));
+    }
+
+    #[test]
+    fn words_are_kept_in_one_allocation() {
+        let list: [&[u8]; 4] = [b"minute", b"SLIDE", b"", &[b'x'; MAX_WORD]];
+        let w = Words::new(list);
+        assert_eq!(w.len(), 4);
+        assert_eq!(w.iter().collect::<Vec<_>>(), list);
+        assert_eq!(w.heap_size(), 4 + 6 + 5 + MAX_WORD);
+        assert!(Words::new([]).is_empty());
     }
 
     #[test]
     fn persisted_form_round_trips_and_is_bounded() {
-        let words: Vec<Box<[u8]>> = ["minute", "SLIDE", "100", "60000"]
-            .iter()
-            .map(|w| w.as_bytes().into())
-            .collect();
-        let policies = [(&b"api"[..], &words[..])];
+        let words = Words::new(["minute", "SLIDE", "100", "60000"].map(str::as_bytes));
+        let policies = [(&b"api"[..], &words)];
         let mut out = Vec::new();
         encode(policies.iter().copied(), &mut out);
         let back = decode(&out).unwrap();
@@ -350,10 +567,14 @@ mod tests {
         let mut long = out.clone();
         long.push(0);
         assert!(decode(&long).is_err());
-        assert_eq!(
-            digest(words.iter().map(|w| &w[..])),
-            digest(words.iter().map(|w| &w[..]))
-        );
+        assert_eq!(digest(words.iter()), digest(words.iter()));
+        assert_eq!(&hex(0x0123_4567_89ab_cdef), b"0123456789abcdef");
+        let name = Name::new(b"api").unwrap();
+        assert_eq!(name.as_bytes(), b"api");
+        assert!(Name::new(&[b'a'; MAX_NAME + 1]).is_none());
+        let mut map = std::collections::HashMap::new();
+        map.insert(name, 1);
+        assert_eq!(map.get(&b"api"[..]), Some(&1));
         assert_ne!(
             digest([&b"ab"[..], b"c"]),
             digest([&b"a"[..], b"bc"]),

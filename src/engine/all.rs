@@ -99,6 +99,10 @@ pub trait Prepared: Send + Sync {
         cost: u64,
         clock: Clock,
     ) -> Option<Result<Reply, Error>>;
+
+    /// The units it takes for a hit of `cost`: its own `COST` when its words gave one, else
+    /// the hit's; none for a hit of `COST 0`, which asks every limiter without taking.
+    fn cost(&self, cost: u64) -> u64;
 }
 
 /// A policy's limiter of command `C`.
@@ -115,7 +119,7 @@ where
 {
     fn spawn<'c, 'r>(&self, frames: &'r Frames, cost: u64) -> OnKey<'static, 'c, 'r> {
         let mut call = self.call.clone();
-        if self.takes_cost {
+        if self.takes_cost || cost == 0 {
             C::set_cost(&mut call, cost);
         }
         frames.put(Spec::<C> {
@@ -136,12 +140,20 @@ where
             return None;
         }
         let mut call = self.call.clone();
-        if self.takes_cost {
+        if self.takes_cost || cost == 0 {
             C::set_cost(&mut call, cost);
         }
         let ran = super::call::run_at::<C>(ctx, name, &call, clock, Mode::Decide);
         crate::rm::block::kick(ctx, name);
         Some(ran.map(|(reply, _)| reply))
+    }
+
+    fn cost(&self, cost: u64) -> u64 {
+        if self.takes_cost || cost == 0 {
+            cost
+        } else {
+            C::cost(&self.call)
+        }
     }
 }
 
@@ -150,7 +162,7 @@ where
     C::Kind: Storable,
     C::Call<'static>: Send + Sync,
 {
-    let spec = spec::<C>(words)?;
+    let spec = spec::<C>(words, BLOCK_IN_POLICY)?;
     C::in_policy(&spec.call)?;
     Ok(Box::new(PreparedSpec::<C> {
         call: C::owned(&spec.call),
@@ -183,17 +195,22 @@ fn parse_spec<'a, 'c, 'r, C: Command>(
 where
     C::Kind: Storable,
 {
-    Ok(frames.put(spec::<C>(words)?))
+    Ok(frames.put(spec::<C>(words, BLOCK_IN_ALL)?))
 }
 
-/// A limiter of command `C` from its words (after its keyword).
-fn spec<'a, C: Command>(words: &[&'a [u8]]) -> Result<Spec<'a, C>, Error>
+/// Why a limiter may not wait, in `RL.ALL` and in a policy.
+const BLOCK_IN_ALL: &str = "BLOCK is not allowed inside RL.ALL";
+const BLOCK_IN_POLICY: &str = "BLOCK is not allowed in a policy: RL.HIT never waits";
+
+/// A limiter of command `C` from its words (after its keyword); `no_block` the error for
+/// a `BLOCK` among them.
+fn spec<'a, C: Command>(words: &[&'a [u8]], no_block: &'static str) -> Result<Spec<'a, C>, Error>
 where
     C::Kind: Storable,
 {
     let call = C::parse(words, false)?;
     if C::block(&call).is_some() {
-        return Err(Error::Invalid("BLOCK is not allowed inside RL.ALL"));
+        return Err(Error::Invalid(no_block));
     }
     Ok(Spec::<C> {
         call,
@@ -210,7 +227,7 @@ pub fn limiter<'a, C: Command, S: Slot>(
 where
     C::Kind: Storable,
 {
-    Ok(Box::new(spec::<C>(words)?))
+    Ok(Box::new(spec::<C>(words, BLOCK_IN_ALL)?))
 }
 
 /// One limiter of a call, on its slot (a key).
@@ -361,6 +378,18 @@ fn keys_in(len: usize, numkeys: Option<&[u8]>) -> std::ops::Range<usize> {
 pub fn keywords() -> &'static [&'static str] {
     static KEYWORDS: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
     KEYWORDS.get_or_init(|| specs().iter().map(|s| s.keyword).collect())
+}
+
+/// Whether `word` has a meaning in a limiter's words or between them, compared without
+/// case: a kind's keyword, an option of any kind's limiters, `NOW` or `BLOCK` (what a
+/// policy's limiter may not be named).
+pub fn reserved(word: &[u8]) -> bool {
+    let is = |k: &str| word.eq_ignore_ascii_case(k.as_bytes());
+    is("NOW")
+        || is("BLOCK")
+        || specs()
+            .iter()
+            .any(|s| is(s.keyword) || s.grammar.options.iter().any(|o| is(o.keyword)))
 }
 
 /// The kinds' limiters `RL.ALL` takes, in the registry's order.
@@ -584,7 +613,10 @@ pub(crate) fn run_limiters<'c>(
     // Each changed key as its own command leaves it; the effects go together in one
     // RL.APPLY.
     let mut bytes: SmallVec<[u8; 32 * ALL_INLINE]> = SmallVec::new();
-    let mut changes: SmallVec<[(Arg, usize, Option<Millis>); ALL_INLINE]> = SmallVec::new();
+    // Each changed key: its effect's length in `bytes`, how long after its state's empty
+    // time it lives, and its expiry.
+    type Changed = (Arg, usize, Millis, Option<Millis>);
+    let mut changes: SmallVec<[Changed; ALL_INLINE]> = SmallVec::new();
     for (((l, key), c), &name) in limiters
         .iter()
         .zip(&keys)
@@ -594,15 +626,16 @@ pub(crate) fn run_limiters<'c>(
         let Some(c) = c else {
             continue;
         };
-        let expiry = settle(key, l.event(), c.empty_at, clock.lag, c.before);
+        let lag = clock.key_lag(c.latest);
+        let expiry = settle(key, l.event(), c.empty_at, lag, c.before);
         let start = bytes.len();
         l.effect(&c.reply, c.latest, &mut bytes);
-        changes.push((name, bytes.len() - start, expiry));
+        changes.push((name, bytes.len() - start, lag, expiry));
     }
     drop(keys);
     let mut pairs: SmallVec<[(Arg, &[u8]); ALL_INLINE]> = SmallVec::new();
     let mut rest = bytes.as_slice();
-    for &(name, len, _) in &changes {
+    for &(name, len, ..) in &changes {
         let (effect, after) = rest.split_at(len.min(rest.len()));
         pairs.push((name, effect));
         rest = after;
@@ -610,8 +643,8 @@ pub(crate) fn run_limiters<'c>(
     if !pairs.is_empty() {
         api::replicate_effects(ctx, &pairs);
     }
-    for &(name, _, expiry) in &changes {
-        replicate_expiry(ctx, name, clock.lag, expiry);
+    for &(name, _, lag, expiry) in &changes {
+        replicate_expiry(ctx, name, lag, expiry);
     }
     for &(name, ..) in &changes {
         crate::rm::block::kick(ctx, name);

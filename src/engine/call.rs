@@ -46,7 +46,7 @@ where
         let blocking = C::block(&call).filter(|_| C::cost(&call) > 0 && can_block(ctx));
         let Some(timeout) = blocking else {
             let (reply, _) = run_on::<C>(ctx, name, &call, Mode::Decide)?;
-            if !api::allowed(&reply) {
+            if C::REFUSES && !api::allowed(&reply) {
                 super::top::refused_key(name.as_bytes());
             }
             block::kick(ctx, name);
@@ -141,12 +141,13 @@ where
     if let Change::New(state) = ran.change {
         key.set(state)?;
     }
-    let expiry = settle(&key, C::INFO.event, empty_at, clock.lag, before);
+    let lag = clock.key_lag(at);
+    let expiry = settle(&key, C::INFO.event, empty_at, lag, before);
     if mode == Mode::Decide {
         // An effect applied (`RL.APPLY`) passes itself on.
         propagate::<C>(ctx, name, call, &ran.reply, at);
     }
-    replicate_expiry(ctx, name, clock.lag, expiry);
+    replicate_expiry(ctx, name, lag, expiry);
     Ok((ran.reply, ran.wait))
 }
 

@@ -177,7 +177,8 @@ fn change<K: Storable>(
     // Back to the key, which `settle` may delete.
     drop(state);
     let event = if charge { c"rl.charge" } else { c"rl.refund" };
-    let expiry = settle(key, event, empty_at, clock.lag, before);
+    let lag = clock.key_lag(at);
+    let expiry = settle(key, event, empty_at, lag, before);
     if mode == Mode::Decide {
         let (code, command) = if charge {
             (CHARGE_CODE, "RL.CHARGE")
@@ -193,7 +194,7 @@ fn change<K: Storable>(
             )),
         }
     }
-    replicate_expiry(ctx, name, clock.lag, expiry);
+    replicate_expiry(ctx, name, lag, expiry);
     Ok(Reply::Decision(decision))
 }
 

@@ -9,8 +9,9 @@
 //! - [`all`]: `RL.ALL`, one all-or-nothing decision across keys of any kinds; [`combine`],
 //!   the five fields such a call answers.
 //! - [`apply`]: `RL.APPLY` and `RL.RESTORE`, what replication and the AOF carry.
-//! - [`policy`]: `RL.POLICY SET/GET/DEL/LIST`, limits kept in the server, and `RL.HIT`.
-//! - [`top`]: `RL.TOP`, who is refused most.
+//! - [`policy`]: `RL.POLICY SET/GET/DEL/LIST/HELP`, limits kept in the server, `RL.HIT`,
+//!   and `RL.TOP`, who is refused most;
+//! - [`top`]: the sketches `RL.TOP` answers from.
 //! - [`info`]: `INFO ratelimit`.
 //!
 //! Nothing here names a kind: the registry (`src/registry.rs`) hands the kinds in as a
@@ -26,9 +27,10 @@
 //! Time: a call decides at its caller's time (`NOW`, else the server clock), or at the
 //! state's latest time when that is later (time never runs backwards for a key); waits and
 //! resets are measured from the caller's time. The key expires when its state is back to
-//! empty on the server's clock: a `NOW` behind the server clock keeps the key that much
-//! longer, and that absolute expiry is propagated after the change. An effect gets the
-//! expiry its state gives, on every server alike.
+//! empty, measured from the server clock: a state left behind the server clock (a lagging
+//! `NOW`) expires as far past the server clock as it is from empty, never more than its
+//! limiter's own span, and that absolute expiry is propagated after the change. An effect
+//! gets the expiry its state gives, on every server alike.
 
 pub mod all;
 pub mod apply;
@@ -113,19 +115,27 @@ impl CommandEntry {
 /// already, the module loads without it, saying so in the log. Returns how far the commands' ACL categories could be
 /// set (the least of them); `None`, logged, when a command could not be registered.
 pub fn register(ctx: &Context, own: Option<&str>) -> Option<Acl> {
-    let generic: [(&str, RegisterFn); 12] = [
+    use policy::commands as pc;
+    let generic: [(&str, RegisterFn); 13] = [
         (generic::Peek::INFO.name, api::register::<generic::Peek>),
         (generic::Refund::INFO.name, api::register::<generic::Refund>),
         (generic::Charge::INFO.name, api::register::<generic::Charge>),
         (all::All::INFO.name, api::register::<all::All>),
         (apply::Apply::INFO.name, api::register::<apply::Apply>),
         (apply::Restore::INFO.name, api::register::<apply::Restore>),
-        (policy::Hit::INFO.name, api::register::<policy::Hit>),
-        (policy::Set::INFO.name, api::register::<policy::Set>),
-        (policy::Get::INFO.name, api::register::<policy::Get>),
-        (policy::Del::INFO.name, api::register::<policy::Del>),
-        (policy::List::INFO.name, api::register::<policy::List>),
-        (top::Top::INFO.name, api::register::<top::Top>),
+        (
+            policy::hit::Hit::INFO.name,
+            api::register::<policy::hit::Hit>,
+        ),
+        (pc::Set::INFO.name, api::register::<pc::Set>),
+        (pc::Get::INFO.name, api::register::<pc::Get>),
+        (pc::Del::INFO.name, api::register::<pc::Del>),
+        (pc::List::INFO.name, api::register::<pc::List>),
+        (pc::Help::INFO.name, api::register::<pc::Help>),
+        (
+            policy::top::Top::INFO.name,
+            api::register::<policy::top::Top>,
+        ),
     ];
     let kinds = catalog().commands().map(|c| (c.info.name, c.register));
     let mut least = Acl::All;
@@ -230,12 +240,18 @@ pub fn applying_decided(ctx: &Context) -> bool {
 /// limit: they run from the primary and while loading (the AOF), and by hand only for a
 /// user allowed `CONFIG SET` (an administrator), whatever ACL rule lets a client call them.
 pub fn internal(ctx: &Context, name: &'static str) -> Result<(), Error> {
-    const CONFIG_SET: [&[u8]; 4] = [b"CONFIG", b"SET", b"ratelimit.now-max-ahead-ms", b"1000"];
-    if applying_decided(ctx) || api::may_run(ctx, &CONFIG_SET) {
+    if applying_decided(ctx) || administrator(ctx) {
         Ok(())
     } else {
         Err(Error::InternalCommand(name))
     }
+}
+
+/// Whether the calling client's user may set the module's settings (`CONFIG SET`): an
+/// administrator, who may run what changes every client's limits.
+pub fn administrator(ctx: &Context) -> bool {
+    const CONFIG_SET: [&[u8]; 4] = [b"CONFIG", b"SET", b"ratelimit.now-max-ahead-ms", b"1000"];
+    api::may_run(ctx, &CONFIG_SET)
 }
 
 /// The key argument of a command (its first).
@@ -249,10 +265,11 @@ pub fn key_arg(args: &[Arg]) -> Result<Arg, Error> {
 }
 
 /// After a change by the command whose keyspace event is `event`: the key expires when its
-/// state is back to empty, `lag` ms later for a lagging `NOW` (or is deleted now when it
-/// already is empty). `before` is the state's empty time before the change: when the new
-/// expiry differs it is set at once; when it is the same, the key's real expiry is read and
-/// set again only if something (PERSIST, EXPIRE, RESTORE) moved it. Returns the expiry set.
+/// state is back to empty, `lag` ms later (`Clock::key_lag`: a state behind the server
+/// clock), or is deleted now when it already is empty. `before` is the state's empty time
+/// before the change: when the new expiry differs it is set at once; when it is the same,
+/// the key's real expiry is read and set again only if something (PERSIST, EXPIRE,
+/// RESTORE) moved it. Returns the expiry set.
 pub fn settle(
     key: &Key,
     event: &CStr,
@@ -274,8 +291,8 @@ pub fn settle(
     expiry
 }
 
-/// Propagates the key's absolute expiry when it is not the state's own empty time (a
-/// lagging `NOW`): replicas and the AOF compute that one themselves.
+/// Propagates the key's absolute expiry when it is not the state's own empty time (`lag`
+/// above 0, see [`settle`]): replicas and the AOF compute that one themselves.
 pub fn replicate_expiry(ctx: &Context, name: Arg, lag: Millis, expiry: Option<Millis>) {
     if let (true, Some(at)) = (lag > 0, expiry) {
         api::replicate_expire_at(ctx, name, at);

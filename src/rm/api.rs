@@ -86,6 +86,36 @@ pub fn allowed(r: &Reply) -> bool {
     }
 }
 
+/// Writes the field `name:value` in the current section of an `INFO` answer (the server
+/// prefixes the module's name), both given as bytes through `scratch`, a buffer kept by the
+/// caller for the next field: no allocation per field. Neither may hold NUL, CR or LF,
+/// nor `name` a `:` (each would be cut or break the line: the callers' names and values
+/// are made of checked names and numbers).
+pub fn info_field(
+    ctx: &redis_module::InfoContext,
+    name: &[u8],
+    value: &[u8],
+    scratch: &mut Vec<u8>,
+) {
+    scratch.clear();
+    scratch.extend_from_slice(name);
+    scratch.push(0);
+    let at = scratch.len();
+    scratch.extend_from_slice(value);
+    scratch.push(0);
+    // SAFETY: both strings are NUL-terminated in `scratch`, which outlives the call; the
+    // server copies them into its answer.
+    unsafe {
+        if let Some(add) = raw::RedisModule_InfoAddFieldCString {
+            add(
+                ctx.ctx,
+                scratch.as_ptr().cast::<c_char>(),
+                scratch.as_ptr().add(at).cast::<c_char>(),
+            );
+        }
+    }
+}
+
 /// Counts the outcome of each call (INFO's counters, kept by the command layer).
 pub trait Count: Sync {
     /// `Some(allowed)` for an answer, `None` for an error reply.

@@ -27,9 +27,40 @@ pub struct Aux {
     pub save: fn(all: bool) -> Option<Vec<u8>>,
     /// Takes what `save` wrote, in place of what the module holds; an error fails the load.
     pub load: fn(&[u8]) -> Result<(), String>,
+    /// The commands (each its words, its name first) that an AOF rewritten without an RDB
+    /// preamble must hold for the aux data (a module writes to it only from its keys'
+    /// `aof_rewrite`: see [`arm_aof_commands`]).
+    pub aof_commands: fn() -> Vec<Vec<Vec<u8>>>,
 }
 
 static AUX: std::sync::OnceLock<Aux> = std::sync::OnceLock::new();
+
+/// The commands the AOF being rewritten must still hold for the aux data, written with the
+/// first key of the type the rewrite reaches (`None`: none are due).
+static AOF_PENDING: std::sync::Mutex<Option<Vec<Vec<Vec<u8>>>>> = std::sync::Mutex::new(None);
+
+fn aof_pending() -> std::sync::MutexGuard<'static, Option<Vec<Vec<Vec<u8>>>>> {
+    AOF_PENDING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// At the start of an AOF rewrite without an RDB preamble (in the process that writes it):
+/// the aux data's commands become due, to be written with the first key of the type.
+pub fn arm_aof_commands() {
+    let commands = AUX
+        .get()
+        .map(|aux| (aux.aof_commands)())
+        .unwrap_or_default();
+    *aof_pending() = Some(commands);
+}
+
+/// At the end of an AOF rewrite: the commands that were due and could not be written (the
+/// rewrite reached no key of the type), each its words; empty when all were, or none were
+/// due.
+pub fn finish_aof_commands() -> Vec<Vec<Vec<u8>>> {
+    aof_pending().take().unwrap_or_default()
+}
 
 /// The first server version whose type methods have `aux_save2` (an aux field written only
 /// when the module saves something, so that an RDB without policies loads without the
@@ -219,6 +250,11 @@ unsafe extern "C" fn aof_rewrite(
         let Some(emit) = raw::RedisModule_EmitAOF else {
             return;
         };
+        // The aux data's commands, once, before the first key.
+        let due = aof_pending().take();
+        for words in due.unwrap_or_default() {
+            emit_words(aof, &words);
+        }
         // Redis writes the key's PEXPIREAT after this command.
         storage::with_encoding(value, &mut |bytes| {
             emit(
@@ -231,6 +267,42 @@ unsafe extern "C" fn aof_rewrite(
             )
         });
     })
+}
+
+/// Writes the command `words` (its name first) in the AOF being rewritten.
+fn emit_words(aof: *mut raw::RedisModuleIO, words: &[Vec<u8>]) {
+    let (Some((name, args)), Some(emit), Some(create), Some(free)) = (
+        words.split_first(),
+        // SAFETY: reading API pointers the server filled in at load.
+        unsafe { raw::RedisModule_EmitAOF },
+        unsafe { raw::RedisModule_CreateString },
+        unsafe { raw::RedisModule_FreeString },
+    ) else {
+        return;
+    };
+    let Ok(name) = std::ffi::CString::new(name.as_slice()) else {
+        return;
+    };
+    // SAFETY: strings made without a context are the module's, freed below once written;
+    // `v` takes an array of them and its length, which outlive the call.
+    unsafe {
+        let mut argv: Vec<*mut raw::RedisModuleString> = args
+            .iter()
+            .map(|w| create(std::ptr::null_mut(), w.as_ptr().cast::<c_char>(), w.len()))
+            .collect();
+        if argv.iter().all(|s| !s.is_null()) {
+            emit(
+                aof,
+                name.as_ptr(),
+                c"v".as_ptr(),
+                argv.as_mut_ptr(),
+                argv.len(),
+            );
+        }
+        for s in argv.into_iter().filter(|s| !s.is_null()) {
+            free(std::ptr::null_mut(), s);
+        }
+    }
 }
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {

@@ -8,9 +8,11 @@
 //! - [`storage`]: what a key's value is (a box, a block, or a compact state with interned
 //!   parameters, see [`intern`]), one mechanism every kind opts into;
 //! - [`datatype`]: the custom type's callbacks (RDB, AOF rewrite, digest, copy, free), and
-//!   [`freer`], which frees big values off the main thread;
+//!   [`freer`], which frees big values off the main thread; [`aof`], the aux data in AOF
+//!   rewrites without an RDB preamble;
 //! - [`block`]: calls that wait (`BLOCK`), with blocked clients and timers.
 
+pub mod aof;
 pub mod api;
 pub mod arena;
 pub mod block;

@@ -201,42 +201,6 @@ pub fn replicate_verbatim(ctx: &Context) {
     }
 }
 
-static AOF_REWRITE_START: std::sync::OnceLock<fn(&Context)> = std::sync::OnceLock::new();
-
-/// Calls `f` when an AOF rewrite starts (`BGREWRITEAOF`, automatic or forced).
-pub fn on_aof_rewrite_start(ctx: &Context, f: fn(&Context)) {
-    let _ = AOF_REWRITE_START.set(f);
-    let event = raw::RedisModuleEvent {
-        id: raw::REDISMODULE_EVENT_PERSISTENCE,
-        dataver: 1,
-    };
-    // SAFETY: called from OnLoad with the module's context; the callback lives for ever.
-    unsafe {
-        if let Some(subscribe) = raw::RedisModule_SubscribeToServerEvent {
-            subscribe(ctx.ctx, event, Some(persistence));
-        }
-    }
-}
-
-unsafe extern "C" fn persistence(
-    ctx: *mut raw::RedisModuleCtx,
-    _event: raw::RedisModuleEvent,
-    subevent: u64,
-    _data: *mut c_void,
-) {
-    let aof = matches!(
-        subevent,
-        raw::REDISMODULE_SUBEVENT_PERSISTENCE_AOF_START
-            | raw::REDISMODULE_SUBEVENT_PERSISTENCE_SYNC_AOF_START
-    );
-    if let (true, Some(f), false) = (aof, AOF_REWRITE_START.get(), ctx.is_null()) {
-        let context = Context::new(ctx);
-        if catch_unwind(std::panic::AssertUnwindSafe(|| f(&context))).is_err() {
-            redis_module::logging::log_warning("ratelimit: internal error at an AOF rewrite");
-        }
-    }
-}
-
 /// Whether AOF rewrites write an RDB preamble (`aof-use-rdb-preamble`, yes by default).
 pub fn aof_rdb_preamble(ctx: &Context) -> bool {
     use redis_module::RedisValue as V;

@@ -30,8 +30,8 @@ pub const MAX_COUNT: usize = 2 * K;
 /// One epoch's counters.
 #[derive(Clone)]
 struct Epoch {
-    /// Its index: `start / window`.
-    index: u64,
+    /// When it began: a multiple of the window in force then.
+    start: Millis,
     /// Refusals it counted.
     total: u64,
     /// Counters in use.
@@ -46,9 +46,9 @@ struct Epoch {
 }
 
 impl Epoch {
-    fn empty(index: u64) -> Epoch {
+    fn empty(start: Millis) -> Epoch {
         Epoch {
-            index,
+            start,
             total: 0,
             len: 0,
             last: 0,
@@ -179,18 +179,21 @@ impl Sketch {
         std::mem::size_of::<Sketch>()
     }
 
-    /// Moves to the epoch of `now` (a clock gone back stays in the current one).
+    /// Moves to the epoch of `now` (a clock gone back stays in the current one). Epochs are
+    /// kept by when they began, so a window changed between calls (`ratelimit.top-window-ms`)
+    /// starts the next epoch on the new window's boundaries and forgets as it says.
     fn advance(&mut self, now: Millis, window: Millis) {
-        let index = now / window.max(1);
-        if index <= self.current.index {
+        let window = window.max(1);
+        let start = now - now % window;
+        if start <= self.current.start {
             return;
         }
-        if index == self.current.index + 1 {
-            let fresh = Epoch::empty(index);
+        if start - self.current.start <= window {
+            let fresh = Epoch::empty(start);
             self.previous = std::mem::replace(&mut self.current, fresh);
         } else {
-            self.previous = Epoch::empty(index - 1);
-            self.current = Epoch::empty(index);
+            self.previous = Epoch::empty(start - window);
+            self.current = Epoch::empty(start);
         }
     }
 
@@ -206,19 +209,18 @@ impl Sketch {
         cur.map_or(0, |e| e.total) + prev.map_or(0, |e| e.total)
     }
 
-    /// The epochs an answer at `now` covers: the current one and the one before, each
-    /// `None` when older than that.
+    /// The epochs an answer at `now` covers: those begun at most a window before the
+    /// epoch of `now` (the current one and the one before, when the window has not
+    /// changed), each `None` when older than that or empty.
     fn epochs(&self, now: Millis, window: Millis) -> (Option<&Epoch>, Option<&Epoch>) {
-        let index = now / window.max(1);
-        let at = |e: &'_ Epoch, i: u64| -> bool { e.index == i && e.total > 0 };
-        let find = |i: u64| -> Option<&Epoch> {
-            [&self.current, &self.previous]
-                .into_iter()
-                .find(|e| at(e, i))
-        };
+        let window = window.max(1);
         // A clock gone back answers from the current epoch.
-        let index = index.max(self.current.index);
-        (find(index), index.checked_sub(1).and_then(find))
+        let start = (now - now % window).max(self.current.start);
+        let from = start.saturating_sub(window);
+        let covered = |e: &Epoch| e.total > 0 && e.start >= from;
+        let cur = Some(&self.current).filter(|e| covered(e));
+        let prev = Some(&self.previous).filter(|e| covered(e) && e.start < self.current.start);
+        (cur, prev)
     }
 
     /// The `n` names refused most in the current epoch and the one before, most first (then

@@ -118,6 +118,32 @@ fn an_answer_covers_the_current_epoch_and_the_one_before() {
 }
 
 #[test]
+fn a_window_changed_between_calls_still_forgets() {
+    let mut s = Sketch::default();
+    let t = 1_700_000_000_500;
+    for _ in 0..50 {
+        s.record(b"old", t, 1000);
+    }
+    assert_eq!(s.top(10, t + 10, 1000)[0].count, 50);
+    // The window grows: the name is counted until two of the new windows have passed,
+    // then forgotten, whether or not anything else is refused.
+    assert_eq!(s.top(10, t + 1000, 2000)[0].count, 50);
+    assert!(s.top(10, t + 6000, 2000).is_empty());
+    s.record(b"new", t + 300_000, 2000);
+    let names: Vec<Vec<u8>> = s
+        .top(10, t + 300_000, 2000)
+        .into_iter()
+        .map(|h| h.name)
+        .collect();
+    assert_eq!(names, [b"new".to_vec()]);
+    // It shrinks: the epoch begun on the longer window ends at the next short boundary.
+    s.record(b"x", t + 301_000, 500);
+    let top = s.top(10, t + 301_000, 500);
+    assert!(top.iter().any(|h| h.name == b"x"));
+    assert!(s.top(10, t + 303_000, 500).is_empty());
+}
+
+#[test]
 fn a_full_epoch_hands_its_smallest_counter_on() {
     let w = 1_000_000;
     let mut s = Sketch::default();

@@ -145,7 +145,7 @@ fn refused(r: Refusal, id: Option<&[u8]>) -> Error {
         Refusal::IdAhead => Error::LeaseIdAhead(lossy(id.unwrap_or_default())),
         Refusal::OutOfRange => Error::Invalid("an RL.ACQUIRE effect's cost or id is out of range"),
         Refusal::NoIdLeft => {
-            Error::Invalid("no lease id is left to make in this millisecond: give one with ID")
+            Error::Invalid("no lease id is left to make at this time: give one with ID")
         }
     }
 }
@@ -538,6 +538,8 @@ macro_rules! held_command {
             type Kind = Leases;
             const INFO: &'static Info = $info;
             type Call<'a> = HeldCall<'a>;
+            // 0 in the first field: the lease was not held, an answer.
+            const REFUSES: bool = false;
 
             fn parse<'a>(words: &[&'a [u8]], effect: bool) -> Result<HeldCall<'a>, Error> {
                 parse_held(words, effect, $extend)

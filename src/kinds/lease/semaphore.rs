@@ -105,7 +105,8 @@ pub enum Refusal {
     IdAhead,
     /// A cost or an id out of range (an effect's: a client's are parsed in range).
     OutOfRange,
-    /// No id is left to make at this time (2^63 a millisecond: not reached).
+    /// No id is left to make at this time: 2^63 a millisecond (not reached), or none
+    /// after the last millisecond of year 9999 (the largest `NOW`).
     NoIdLeft,
 }
 
@@ -392,8 +393,9 @@ impl Leases {
             Some((ms, seq + 1))
         } else {
             // `ms` is `now` or `now + 1` (see `from_parts`): the next millisecond, if that
-            // stays within one of the latest time.
-            (ms <= now).then_some((ms + 1, 0))
+            // stays within one of the latest time and is a time an id may name (none is
+            // left after the last millisecond of year 9999).
+            (ms <= now && ms < MAX_TIMESTAMP).then_some((ms + 1, 0))
         }
     }
 

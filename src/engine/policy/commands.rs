@@ -1,0 +1,354 @@
+//! `RL.POLICY SET / GET / DEL / LIST / HELP`.
+//!
+//! `SET` and `DEL` change every client's limits, server-wide, whatever the keys a user may
+//! touch: they are an administrator's, as `CONFIG SET` is (`@admin @dangerous`, and checked
+//! at each call against the user's right to `CONFIG SET`, also where the server has no ACL
+//! categories for module commands), and a replica takes them from its primary only. `GET`,
+//! `LIST` and `HELP` are open to applications (`@read`, `@ratelimit`).
+
+use redis_module::{Context, ContextFlags, RedisValue};
+
+use super::{make, policy, put, store, Policy};
+use crate::core::args::{self, Opt, Value};
+use crate::core::error::Error;
+use crate::core::kind::Reply;
+use crate::core::meta::{self, ArgKind, Info, Keys, Stats};
+use crate::core::policy::{hex, MAX_NAME};
+use crate::engine::{administrator, applying_decided};
+use crate::rm::api::{Answer, Arg, Count, Handler};
+
+const NAME: meta::Arg = meta::arg("name", ArgKind::String);
+
+/// Whether the calling client may change policies: always from the primary or the AOF;
+/// else an administrator's call on a server that is not a replica.
+fn may_change(ctx: &Context) -> Result<(), Error> {
+    if applying_decided(ctx) {
+        return Ok(());
+    }
+    if ctx.get_flags().contains(ContextFlags::SLAVE) {
+        return Err(Error::PolicyOnReplica);
+    }
+    if !administrator(ctx) {
+        return Err(Error::PolicyAdmin);
+    }
+    Ok(())
+}
+
+/// `RL.POLICY SET name limiter [limiter ...]`.
+pub struct Set;
+
+static SET_INFO: Info = Info {
+    name: "RL.POLICY|SET",
+    event: c"rl.policy",
+    summary: "Keeps a policy under a name: one or more limiters, each a name, then a kind's keyword and its parameters and options as RL.ALL takes them (a limiter whose words give no COST takes each RL.HIT's). Set again, it holds from the next call, the keys keeping their history. An administrator's command, as CONFIG SET is",
+    complexity: "O(N) in the definition's words",
+    arity: -6,
+    keys: Keys::None,
+    flags: "write deny-oom admin",
+    categories: "admin dangerous slow",
+    own_category: false,
+    args: &[
+        NAME,
+        meta::Arg {
+            name: "limiter",
+            kind: ArgKind::String,
+            token: None,
+            optional: false,
+            multiple: true,
+            sub: &[],
+        },
+    ],
+    stats: Stats::new(),
+};
+
+impl Handler for Set {
+    const INFO: &'static Info = &SET_INFO;
+
+    fn counters() -> Option<&'static dyn Count> {
+        None
+    }
+
+    fn run(ctx: &Context, args: &[Arg]) -> Result<Answer, Error> {
+        let Some(name) = args.get(2) else {
+            return Err(Error::Arity);
+        };
+        may_change(ctx)?;
+        let words: Vec<&[u8]> = args
+            .get(3..)
+            .unwrap_or_default()
+            .iter()
+            .map(Arg::as_bytes)
+            .collect();
+        let name = name.as_bytes();
+        let previous = policy(name);
+        let decided = applying_decided(ctx);
+        let made = make(name, &words, previous.as_deref(), !decided)?;
+        if let Err(e) = put(made) {
+            if decided {
+                redis_module::logging::log_warning(format!(
+                    "ratelimit: policy '{}' from the primary or the AOF not kept: {e}",
+                    args::lossy(name)
+                ));
+            }
+            return Err(e);
+        }
+        crate::rm::server::replicate_verbatim(ctx);
+        Ok(Answer::One(Reply::Ok))
+    }
+}
+
+/// `RL.POLICY GET name`.
+pub struct Get;
+
+static GET_INFO: Info = Info {
+    name: "RL.POLICY|GET",
+    event: c"rl.policy",
+    summary: "A policy's definition, its words as RL.POLICY SET takes them after the name; nil when there is none",
+    complexity: "O(N) in the definition's words",
+    arity: 3,
+    keys: Keys::None,
+    flags: "readonly fast",
+    categories: "read fast",
+    own_category: true,
+    args: &[NAME],
+    stats: Stats::new(),
+};
+
+fn words_value(p: &Policy) -> RedisValue {
+    RedisValue::Array(
+        p.words
+            .iter()
+            .map(|w| RedisValue::StringBuffer(w.to_vec()))
+            .collect(),
+    )
+}
+
+impl Handler for Get {
+    const INFO: &'static Info = &GET_INFO;
+
+    fn counters() -> Option<&'static dyn Count> {
+        None
+    }
+
+    fn run(ctx: &Context, args: &[Arg]) -> Result<Answer, Error> {
+        let Some(name) = args.get(2) else {
+            return Err(Error::Arity);
+        };
+        let value = policy(name.as_bytes()).map_or(RedisValue::Null, |p| words_value(&p));
+        ctx.reply(Ok(value));
+        Ok(Answer::Written(true))
+    }
+}
+
+/// `RL.POLICY DEL name`.
+pub struct Del;
+
+static DEL_INFO: Info = Info {
+    name: "RL.POLICY|DEL",
+    event: c"rl.policy",
+    summary: "Deletes a policy: 1, or 0 when there was none. Its keys are left to expire. An administrator's command, as CONFIG SET is",
+    complexity: "O(1)",
+    arity: 3,
+    keys: Keys::None,
+    flags: "write admin",
+    categories: "admin dangerous fast",
+    own_category: false,
+    args: &[NAME],
+    stats: Stats::new(),
+};
+
+impl Handler for Del {
+    const INFO: &'static Info = &DEL_INFO;
+
+    fn counters() -> Option<&'static dyn Count> {
+        None
+    }
+
+    fn run(ctx: &Context, args: &[Arg]) -> Result<Answer, Error> {
+        let Some(name) = args.get(2) else {
+            return Err(Error::Arity);
+        };
+        may_change(ctx)?;
+        let gone = store().remove(name.as_bytes()).is_some();
+        if gone {
+            crate::rm::server::replicate_verbatim(ctx);
+        }
+        ctx.reply(Ok(RedisValue::Integer(i64::from(gone))));
+        Ok(Answer::Written(true))
+    }
+}
+
+/// `RL.POLICY LIST [cursor] [COUNT n]`.
+pub struct List;
+
+/// Policies a page gives unless `COUNT` says otherwise, and the most it may say.
+const LIST_COUNT: u64 = 10;
+const LIST_COUNT_MAX: u64 = 100;
+
+/// A page ends once it has given this many definition words (one policy at least): so that
+/// no page takes long, whatever the definitions.
+const PAGE_WORDS: usize = 2048;
+
+const LIST_OPTIONS: [Opt; 1] = [Opt::int("COUNT", 1, LIST_COUNT_MAX)];
+
+static LIST_INFO: Info = Info {
+    name: "RL.POLICY|LIST",
+    event: c"rl.policy",
+    summary: "The policies by name, a page at a time, as SCAN pages keys: a cursor to call again with (0 when done), then COUNT policies (10 unless given, fewer when their definitions are long), each its name, the digest of its definition (the same definition gives the same digest on every node), and its definition. Start with cursor 0 (or none). A policy held all along is given once",
+    complexity: "O(N) in the number of policies (to find the page) plus the page's words",
+    arity: -2,
+    keys: Keys::None,
+    flags: "readonly",
+    categories: "read slow",
+    own_category: true,
+    args: &[
+        meta::Arg {
+            name: "cursor",
+            kind: ArgKind::String,
+            token: None,
+            optional: true,
+            multiple: false,
+            sub: &[],
+        },
+        meta::option("COUNT", "count"),
+    ],
+    stats: Stats::new(),
+};
+
+/// Where a page starts: after the policy named in the cursor (`(name`), or at the first
+/// (`0`).
+fn parse_cursor(word: &[u8]) -> Result<Option<&[u8]>, Error> {
+    match word {
+        b"0" => Ok(None),
+        [b'(', name @ ..] if !name.is_empty() && name.len() <= MAX_NAME => Ok(Some(name)),
+        _ => Err(Error::InvalidWord(
+            "a cursor of RL.POLICY LIST is 0 or one it answered",
+            args::lossy(word),
+        )),
+    }
+}
+
+impl Handler for List {
+    const INFO: &'static Info = &LIST_INFO;
+
+    fn counters() -> Option<&'static dyn Count> {
+        None
+    }
+
+    fn run(ctx: &Context, args: &[Arg]) -> Result<Answer, Error> {
+        let words: Vec<&[u8]> = args
+            .get(2..)
+            .unwrap_or_default()
+            .iter()
+            .map(Arg::as_bytes)
+            .collect();
+        // The cursor first, when the first word is not an option.
+        let (cursor, options) = match words.split_first() {
+            Some((first, rest)) if !first.eq_ignore_ascii_case(b"COUNT") => (*first, rest),
+            _ => (&b"0"[..], &words[..]),
+        };
+        let after = parse_cursor(cursor)?;
+        let given = args::options(options, &LIST_OPTIONS)?;
+        let count = given[0].map_or(LIST_COUNT, Value::int) as usize;
+        // The next `count` names after the cursor's: found in one pass, the store unsorted.
+        let mut page: Vec<std::sync::Arc<Policy>> = store()
+            .values()
+            .filter(|p| after.is_none_or(|after| p.name.as_bytes() > after))
+            .cloned()
+            .collect();
+        page.sort_unstable_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
+        let more = page.len() > count;
+        page.truncate(count);
+        let mut given_words = 0;
+        let mut entries = Vec::with_capacity(page.len());
+        let mut last: Option<&[u8]> = None;
+        for p in &page {
+            if given_words >= PAGE_WORDS {
+                break;
+            }
+            given_words += p.words.len();
+            entries.push(RedisValue::Array(vec![
+                RedisValue::StringBuffer(p.name.as_bytes().to_vec()),
+                RedisValue::StringBuffer(hex(p.digest).to_vec()),
+                words_value(p),
+            ]));
+            last = Some(p.name.as_bytes());
+        }
+        let done = !more && entries.len() == page.len();
+        let next = match (done, last) {
+            (false, Some(name)) => [&b"("[..], name].concat(),
+            _ => b"0".to_vec(),
+        };
+        ctx.reply(Ok(RedisValue::Array(vec![
+            RedisValue::StringBuffer(next),
+            RedisValue::Array(entries),
+        ])));
+        Ok(Answer::Written(true))
+    }
+}
+
+/// `RL.POLICY HELP`.
+pub struct Help;
+
+static HELP_INFO: Info = Info {
+    name: "RL.POLICY|HELP",
+    event: c"rl.policy",
+    summary: "The subcommands of RL.POLICY, a line each",
+    complexity: "O(1)",
+    arity: 2,
+    keys: Keys::None,
+    flags: "allow-loading allow-stale",
+    categories: "slow",
+    own_category: true,
+    args: &[],
+    stats: Stats::new(),
+};
+
+/// The help's lines; `{kinds}` stands for the kinds' keywords.
+const HELP: [&str; 13] = [
+    "RL.POLICY <subcommand> [<arg> ...]. Subcommands are:",
+    "SET <name> <limiter> <KIND> <params and options> [<limiter> <KIND> ...]",
+    "    Keep a policy: each limiter a name (starting with a letter), then a kind and its",
+    "    words as RL.ALL takes them. Kinds: {kinds}.",
+    "    A limiter without COST takes each RL.HIT's.",
+    "    An administrator's command, as CONFIG SET is.",
+    "GET <name>",
+    "    A policy's definition, or nil.",
+    "DEL <name>",
+    "    Delete a policy (its keys expire). An administrator's command.",
+    "LIST [<cursor>] [COUNT <n>]",
+    "    A page of policies: the next cursor (0 when done), then name, digest, definition.",
+    "HELP",
+];
+
+impl Handler for Help {
+    const INFO: &'static Info = &HELP_INFO;
+
+    fn counters() -> Option<&'static dyn Count> {
+        None
+    }
+
+    fn run(ctx: &Context, _args: &[Arg]) -> Result<Answer, Error> {
+        let kinds = crate::engine::all::keywords().join(", ");
+        ctx.reply(Ok(RedisValue::Array(
+            HELP.iter()
+                .map(|l| RedisValue::SimpleString(l.replace("{kinds}", &kinds)))
+                .collect(),
+        )));
+        Ok(Answer::Written(true))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors() {
+        assert_eq!(parse_cursor(b"0"), Ok(None));
+        assert_eq!(parse_cursor(b"(api"), Ok(Some(&b"api"[..])));
+        for bad in [&b""[..], b"(", b"1", b"api", b"00"] {
+            assert!(parse_cursor(bad).is_err(), "{bad:?}");
+        }
+    }
+}

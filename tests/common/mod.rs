@@ -386,6 +386,27 @@ pub fn slide_payload(
     out
 }
 
+/// Every `SLOWLOG GET` entry, newest first: the call's microseconds and its words (as
+/// SLOWLOG keeps them: at most 32, each cut at 128 bytes), read as UTF-8 where they are not.
+pub fn slowlog(c: &mut Connection) -> Vec<(i64, Vec<String>)> {
+    let log = run(c, &["SLOWLOG", "GET", "-1"]).expect("SLOWLOG GET");
+    let Value::Array(entries) = log else {
+        panic!("SLOWLOG GET: {log:?}");
+    };
+    entries
+        .iter()
+        .filter_map(|entry| {
+            let Value::Array(e) = entry else { return None };
+            let us: i64 = redis::from_redis_value(e.get(2)?).ok()?;
+            let words: Vec<Vec<u8>> = redis::from_redis_value(e.get(3)?).ok()?;
+            let words = words
+                .iter()
+                .map(|w| String::from_utf8_lossy(w).into_owned());
+            Some((us, words.collect()))
+        })
+        .collect()
+}
+
 /// A field of `INFO` (`lazyfreed_objects`, `used_memory`, ...) as an integer.
 pub fn info_field(c: &mut Connection, field: &str) -> i64 {
     let info = text(c, &["INFO", "everything"]);

@@ -303,6 +303,21 @@ pub fn rl(c: &mut Connection, line: &str) -> [i64; 5] {
         .unwrap_or_else(|v| panic!("{line}: not 5 fields: {v:?}"))
 }
 
+/// A reply of integers (a limiter's, `CL.THROTTLE`'s) as they are, however many.
+pub fn cl(c: &mut Connection, line: &str) -> Vec<i64> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    match run(c, &words) {
+        Ok(Value::Array(items)) => items
+            .iter()
+            .map(|v| match v {
+                Value::Int(i) => *i,
+                other => panic!("{line}: {other:?}"),
+            })
+            .collect(),
+        other => panic!("{line}: {other:?}"),
+    }
+}
+
 /// The full error text (`CODE message`) a command gets.
 pub fn err(c: &mut Connection, words: &[&str]) -> String {
     match run(c, words) {

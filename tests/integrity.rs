@@ -75,23 +75,16 @@ fn sync(primary: &mut Connection) {
     assert_eq!(acked, 1, "the replica did not acknowledge within 2 s");
 }
 
-/// The `SLOWLOG GET 128` entries of `command`, as `(microseconds, words)`.
+/// The `SLOWLOG` entries of `command`, as `(microseconds, words)`.
 fn slow_calls(c: &mut Connection, command: &str) -> Vec<(i64, String)> {
-    let log = run(c, &["SLOWLOG", "GET", "128"]).expect("SLOWLOG GET");
-    let Value::Array(entries) = log else {
-        panic!("SLOWLOG GET: {log:?}");
-    };
-    entries
-        .iter()
-        .filter_map(|entry| {
-            let Value::Array(e) = entry else { return None };
-            let us: i64 = redis::from_redis_value(&e[2]).ok()?;
-            let words: Vec<String> = redis::from_redis_value(&e[3]).ok()?;
-            let first: String = words.first()?.chars().take(100).collect();
-            first
-                .eq_ignore_ascii_case(command)
-                .then(|| (us, words.join(" ").chars().take(100).collect()))
+    common::slowlog(c)
+        .into_iter()
+        .filter(|(_, words)| {
+            words
+                .first()
+                .is_some_and(|w| w.eq_ignore_ascii_case(command))
         })
+        .map(|(us, words)| (us, words.join(" ").chars().take(100).collect()))
         .collect()
 }
 

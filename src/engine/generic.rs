@@ -249,7 +249,7 @@ static REFUND_INFO: Info = Info {
     name: "RL.REFUND",
     event: c"rl.refund",
     summary: "Gives back units recorded earlier, newest first, for requests that did not count",
-    complexity: "O(log N) for a refund of any size; memory is freed a bounded amount per call",
+    complexity: "O(log N) for a refund of any size; memory beyond a bounded amount is freed off the main thread",
     arity: -2,
     keys: Keys::First,
     // O(log N) on a log (a binary search for the cut), but walks back over a ring's

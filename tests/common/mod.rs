@@ -303,6 +303,21 @@ pub fn rl(c: &mut Connection, line: &str) -> [i64; 5] {
         .unwrap_or_else(|v| panic!("{line}: not 5 fields: {v:?}"))
 }
 
+/// A reply of integers (a limiter's, `CL.THROTTLE`'s) as they are, however many.
+pub fn cl(c: &mut Connection, line: &str) -> Vec<i64> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    match run(c, &words) {
+        Ok(Value::Array(items)) => items
+            .iter()
+            .map(|v| match v {
+                Value::Int(i) => *i,
+                other => panic!("{line}: {other:?}"),
+            })
+            .collect(),
+        other => panic!("{line}: {other:?}"),
+    }
+}
+
 /// The full error text (`CODE message`) a command gets.
 pub fn err(c: &mut Connection, words: &[&str]) -> String {
     match run(c, words) {
@@ -384,6 +399,27 @@ pub fn slide_payload(
         prev = at;
     }
     out
+}
+
+/// Every `SLOWLOG GET` entry, newest first: the call's microseconds and its words (as
+/// SLOWLOG keeps them: at most 32, each cut at 128 bytes), read as UTF-8 where they are not.
+pub fn slowlog(c: &mut Connection) -> Vec<(i64, Vec<String>)> {
+    let log = run(c, &["SLOWLOG", "GET", "-1"]).expect("SLOWLOG GET");
+    let Value::Array(entries) = log else {
+        panic!("SLOWLOG GET: {log:?}");
+    };
+    entries
+        .iter()
+        .filter_map(|entry| {
+            let Value::Array(e) = entry else { return None };
+            let us: i64 = redis::from_redis_value(e.get(2)?).ok()?;
+            let words: Vec<Vec<u8>> = redis::from_redis_value(e.get(3)?).ok()?;
+            let words = words
+                .iter()
+                .map(|w| String::from_utf8_lossy(w).into_owned());
+            Some((us, words.collect()))
+        })
+        .collect()
 }
 
 /// A field of `INFO` (`lazyfreed_objects`, `used_memory`, ...) as an integer.

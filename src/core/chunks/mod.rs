@@ -7,8 +7,12 @@
 //!   into new chunks appended at the back, each about an eighth of what the log already holds
 //!   (at least [`MIN_CHUNK_BYTES`], at most [`MAX_CHUNK_BYTES`]), and nothing is ever moved.
 //! - **Bounded frees.** Dropping a prefix ([`Chunks::drop_front`]) or a suffix
-//!   ([`Chunks::truncate`]) takes O(log n) and frees at most [`FREES_PER_CALL`] chunks; the
-//!   chunks left to free wait for the next calls (each mutating call frees some), and count in
+//!   ([`Chunks::truncate`]) takes O(log n) and frees at most [`FREES_PER_CALL`] chunks. When
+//!   more chunks than that are left unused, they are all taken out of the deque in one step
+//!   (the index's blocks moved, at most two blocks of descriptors copied) and handed to the
+//!   function set by [`hand_off_to`], which frees them elsewhere: the deque and
+//!   [`Chunks::heap_size`] are right-sized at once. Without one (unit tests), the chunks left
+//!   to free wait for the next calls (each mutating call frees some), and count in
 //!   [`Chunks::heap_size`] until then.
 //! - **Memory close to the data.** Right after any growth step, chunk memory is at most the
 //!   values' size plus an eighth (the newest chunk is at most an eighth of the log, rounded
@@ -30,6 +34,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::sync::OnceLock;
 
 /// Up to this many bytes, the values are kept in one buffer, regrown by copying.
 pub const FIRST_MAX_BYTES: usize = 8192;
@@ -44,9 +49,34 @@ pub const MIN_CHUNK_BYTES: usize = 512;
 /// its own size, which jemalloc does not merge when freed: its background thread gives the
 /// pages back later. (Freeing costs per slab, so this largest such size frees fastest.)
 pub const MAX_CHUNK_BYTES: usize = 12288;
-/// Chunks freed by one call at most (about 0.1 to 0.3 µs each); the rest are freed by the next
-/// calls.
+/// Chunks freed by one call at most (about 0.1 to 0.3 µs each); more than that are handed
+/// off (see [`hand_off_to`]), or without a hand-off freed by the next calls.
 pub const FREES_PER_CALL: usize = 256;
+
+/// Frees, elsewhere than in the call, chunks a deque no longer uses: given a box it owns.
+pub type HandOff = fn(Box<dyn Send>);
+
+static HAND_OFF: OnceLock<HandOff> = OnceLock::new();
+
+/// Sets where every deque hands the chunks it leaves unused when they are more than
+/// [`FREES_PER_CALL`] (the module's freeing thread, set at load). Only the first call counts.
+pub fn hand_off_to(hand_off: HandOff) {
+    let _ = HAND_OFF.set(hand_off);
+}
+
+/// Chunks taken out of a deque, to be freed: blocks of the index, in no particular order.
+pub struct Unused<T>(VecDeque<VecDeque<Chunk<T>>>);
+
+impl<T> Unused<T> {
+    /// Number of chunks.
+    pub fn len(&self) -> usize {
+        self.0.iter().map(VecDeque::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
 
 /// One allocation: `slots` are the absolute positions `start .. start + slots.len()`.
 #[derive(Clone)]
@@ -201,6 +231,64 @@ impl<T> Index<T> {
         chunk
     }
 
+    /// Takes out the chunks from chunk `k` on: whole blocks are moved, and the block that `k`
+    /// cuts copies its part after `k` (at most [`BLOCK`] descriptors).
+    fn split_off_back(&mut self, k: usize) -> VecDeque<VecDeque<Chunk<T>>> {
+        let mut out = VecDeque::new();
+        match k.checked_sub(self.front.len()) {
+            None => {
+                out.push_back(self.front.split_off(k));
+                if let Some(mut more) = self.more.take() {
+                    out.append(&mut more);
+                }
+            }
+            Some(r) => {
+                if let Some(more) = self.more.as_deref_mut() {
+                    // Block `b` keeps its first `o` descriptors; the blocks after it go whole.
+                    let (b, o) = (r / BLOCK, r % BLOCK);
+                    let whole = if o == 0 { b } else { b + 1 };
+                    out = more.split_off(whole.min(more.len()));
+                    if let Some(block) = more.get_mut(b).filter(|_| o > 0) {
+                        out.push_back(block.split_off(o.min(block.len())));
+                    }
+                    if more.is_empty() {
+                        self.more = None;
+                    }
+                }
+            }
+        }
+        self.shrink();
+        out
+    }
+
+    /// Takes out the first `k` chunks: whole blocks are moved, and the block that `k` cuts
+    /// copies its part from `k` on (at most [`BLOCK`] descriptors), which becomes `front`.
+    fn split_off_front(&mut self, k: usize) -> VecDeque<VecDeque<Chunk<T>>> {
+        let mut out = VecDeque::new();
+        match k.checked_sub(self.front.len()) {
+            None => {
+                let rest = self.front.split_off(k);
+                out.push_back(std::mem::replace(&mut self.front, rest));
+            }
+            Some(r) => {
+                out.push_back(std::mem::take(&mut self.front));
+                if let Some(more) = self.more.as_deref_mut() {
+                    let (b, o) = (r / BLOCK, r % BLOCK);
+                    out.extend(more.drain(..b.min(more.len())));
+                    if let Some(mut block) = more.pop_front() {
+                        self.front = block.split_off(o.min(block.len()));
+                        out.push_back(block);
+                    }
+                    if more.is_empty() {
+                        self.more = None;
+                    }
+                }
+            }
+        }
+        self.shrink();
+        out
+    }
+
     /// A log back to a single block gives back what that block no longer needs.
     fn shrink(&mut self) {
         let cap = self.front.capacity();
@@ -243,13 +331,13 @@ pub struct Chunks<T> {
     len: usize,
 }
 
-impl<T: Copy + Default> Default for Chunks<T> {
+impl<T: Copy + Default + Send + 'static> Default for Chunks<T> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<T: Copy + Default> Chunks<T> {
+impl<T: Copy + Default + Send + 'static> Chunks<T> {
     /// An empty deque; allocates nothing.
     pub const fn new() -> Self {
         Chunks {
@@ -488,8 +576,9 @@ impl<T: Copy + Default> Chunks<T> {
         self.head = start;
     }
 
-    /// Removes the first `n` values (all of them if `n >= len`): O(log n), then frees at most
-    /// [`FREES_PER_CALL`] chunks. Called with 0, it only frees what earlier calls left.
+    /// Removes the first `n` values (all of them if `n >= len`): O(log n), then frees the
+    /// chunks left unused (see [`Chunks::reclaim`]). Called with 0, it only frees what
+    /// earlier calls left.
     pub fn drop_front(&mut self, n: usize) {
         let n = n.min(self.len);
         if n == 0 {
@@ -501,7 +590,8 @@ impl<T: Copy + Default> Chunks<T> {
         self.settle();
     }
 
-    /// Keeps the first `len` values: O(log n), then frees at most [`FREES_PER_CALL`] chunks.
+    /// Keeps the first `len` values: O(log n), then frees the chunks left unused (see
+    /// [`Chunks::reclaim`]).
     pub fn truncate(&mut self, len: usize) {
         self.len = self.len.min(len);
         self.settle();
@@ -545,8 +635,21 @@ impl<T: Copy + Default> Chunks<T> {
         (b.end() - a.start) as usize * std::mem::size_of::<T>()
     }
 
-    /// Frees up to [`FREES_PER_CALL`] dead chunks (front) and spare chunks (back).
+    /// Frees the dead chunks (front) and spare chunks (back): all of them through the
+    /// hand-off set by [`hand_off_to`] when they are more than [`FREES_PER_CALL`], else (or
+    /// without one) up to [`FREES_PER_CALL`] of them here.
     fn reclaim(&mut self) {
+        self.reclaim_with(HAND_OFF.get().copied());
+    }
+
+    /// [`Chunks::reclaim`], handing off to `hand_off` (`None`: freeing here only).
+    fn reclaim_with(&mut self, hand_off: Option<HandOff>) {
+        if let Some(hand_off) = hand_off {
+            if let Some(unused) = self.take_unused() {
+                hand_off(Box::new(unused));
+                return;
+            }
+        }
         let mut budget = FREES_PER_CALL;
         let tail = self.tail();
         while budget > 0 && self.index.first().is_some_and(|c| c.end() <= self.head) {
@@ -557,6 +660,28 @@ impl<T: Copy + Default> Chunks<T> {
             self.index.pop_back();
             budget -= 1;
         }
+    }
+
+    /// Takes the dead and spare chunks out, when they are more than [`FREES_PER_CALL`]:
+    /// O(log n), and at most two blocks of descriptors copied (see [`Index::split_off_back`]).
+    fn take_unused(&mut self) -> Option<Unused<T>> {
+        let chunks = self.index.len();
+        if self.len == 0 {
+            // Every chunk is dead: the whole index goes; `head` stays at its end.
+            return (chunks > FREES_PER_CALL).then(|| Unused(self.index.split_off_back(0)));
+        }
+        // The chunks before the one holding the first value, after the one holding the last.
+        let first = self.locate(self.head);
+        let last = self.locate(self.tail() - 1);
+        let spare = chunks - 1 - last;
+        if first + spare <= FREES_PER_CALL {
+            return None;
+        }
+        let mut blocks = self.index.split_off_back(last + 1);
+        if first > 0 {
+            blocks.append(&mut self.index.split_off_front(first));
+        }
+        Some(Unused(blocks))
     }
 
     /// Chunks not yet freed although no value is in them. O(chunks).
@@ -580,7 +705,7 @@ impl<T: Copy + Default> Chunks<T> {
     }
 }
 
-impl<T: Copy + Default> Clone for Chunks<T> {
+impl<T: Copy + Default + Send + 'static> Clone for Chunks<T> {
     /// A compact copy: the values only, in new chunks.
     fn clone(&self) -> Self {
         let mut copy = Chunks::new();
@@ -591,7 +716,7 @@ impl<T: Copy + Default> Clone for Chunks<T> {
     }
 }
 
-impl<T: Copy + Default> FromIterator<T> for Chunks<T> {
+impl<T: Copy + Default + Send + 'static> FromIterator<T> for Chunks<T> {
     fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
         let mut c = Chunks::new();
         for v in iter {

@@ -63,10 +63,15 @@ fn check(c: &Chunks<Wide>, model: &[u64]) {
     assert_eq!(c.get(model.len()), None);
     assert_eq!(c.first().map(|w| w.0), model.first().copied());
     assert_eq!(c.last().map(|w| w.0), model.last().copied());
+    check_shape(c);
+}
+
+/// The index's shape, the heap size and the chunks' positions.
+fn check_shape<T: Copy + Default + Send + 'static>(c: &Chunks<T>) {
     // The heap size is the sum of what the chunks and the index hold.
     let slots: usize = c.index.iter().map(|k| k.slots.len()).sum();
     let bytes = |n: usize| if n > 0 { class_ceil(n) } else { 0 };
-    let d = std::mem::size_of::<Chunk<Wide>>();
+    let d = std::mem::size_of::<Chunk<T>>();
     let mut index = bytes(c.index.front.capacity() * d);
     if let Some(more) = &c.index.more {
         index += bytes(32) + bytes(more.capacity() * 32);
@@ -76,13 +81,13 @@ fn check(c: &Chunks<Wide>, model: &[u64]) {
             assert_eq!((b.len(), b.capacity()), (BLOCK, BLOCK));
         }
     }
-    assert_eq!(c.heap_size(), slots * std::mem::size_of::<Wide>() + index);
+    assert_eq!(c.heap_size(), slots * std::mem::size_of::<T>() + index);
     assert_eq!(c.index.iter().count(), c.index.len());
     // Chunks are contiguous and hold the values.
     for pair in c.index.iter().collect::<Vec<_>>().windows(2) {
         assert_eq!(pair[0].end(), pair[1].start);
     }
-    if !model.is_empty() {
+    if !c.is_empty() {
         assert!(c.index.first().unwrap().start <= c.head);
         assert!(c.tail() <= c.end());
     }
@@ -165,6 +170,56 @@ proptest! {
             prop_assert_eq!(c.leading(|w| w.0 < x), want);
         }
     }
+
+    /// Handing the unused chunks off at once leaves the values, the index's shape and the
+    /// sizes as freeing them one by one would, and the deque grows again from there.
+    #[test]
+    fn handing_unused_chunks_off_keeps_the_values(
+        n in 0usize..80_000,
+        dropped in 0usize..80_000,
+        kept in 0usize..80_000,
+    ) {
+        // Up to about 900 chunks: an index of two blocks.
+        let mut c: Chunks<Wide> = (0..n as u64).map(wide).collect();
+        let mut model: Vec<u64> = (0..n as u64).collect();
+        c.drop_front(dropped);
+        model.drain(..dropped.min(n));
+        c.truncate(kept);
+        model.truncate(kept);
+        let (pending, allocations) = (c.pending(), c.allocations());
+        let handed = handed_off(|| c.reclaim_with(Some(count_hand_off)));
+        if pending > FREES_PER_CALL {
+            prop_assert_eq!(handed, 1);
+            prop_assert_eq!(c.pending(), 0);
+            prop_assert!(c.allocations() <= allocations - pending);
+        } else {
+            prop_assert_eq!(handed, 0, "a few chunks are freed in the call");
+        }
+        check(&c, &model);
+        for v in 0..500 {
+            c.push_back(wide(1_000_000 + v));
+            model.push(1_000_000 + v);
+        }
+        check(&c, &model);
+    }
+}
+
+thread_local! {
+    /// Hand-offs made by [`count_hand_off`] on this thread.
+    static HANDED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// A hand-off that frees what it is given here, and counts.
+fn count_hand_off(unused: Box<dyn Send>) {
+    drop(unused);
+    HANDED.with(|h| h.set(h.get() + 1));
+}
+
+/// The hand-offs `f` made through [`count_hand_off`].
+fn handed_off(f: impl FnOnce()) -> usize {
+    let before = HANDED.with(std::cell::Cell::get);
+    f();
+    HANDED.with(std::cell::Cell::get) - before
 }
 
 /// Chunk memory over the values' own size, right after each growth step.
@@ -240,6 +295,78 @@ fn frees_are_bounded_per_call_and_finish_later() {
     assert!(c.heap_size() < 3 * 8 * 1000, "{}", c.heap_size());
     let want: Vec<u64> = (n * 3 / 4..n * 3 / 4 + 1000).collect();
     assert_eq!(c.iter().copied().collect::<Vec<_>>(), want);
+}
+
+/// With a hand-off, the chunks a cut leaves unused all leave the deque in the call, whatever
+/// blocks of the index the cut falls in: at a block's edge or inside one, at the front or at
+/// the back, or everything.
+#[test]
+fn unused_chunks_are_handed_off_in_one_step() {
+    let n = 2_000_000u64;
+    let build = || -> Chunks<u64> { (0..n).collect() };
+    let c = build();
+    let chunks = c.index.len();
+    assert!(
+        chunks > 2 * BLOCK + 100,
+        "{chunks} chunks: an index of several blocks"
+    );
+    // Where chunk `k` starts, as a value's index (the first buffer was moved as it grew).
+    let starts: Vec<u64> = c.index.iter().map(|k| k.start - c.head).collect();
+    let cuts = [
+        0,
+        1,
+        300,
+        BLOCK - 1,
+        BLOCK,
+        BLOCK + 1,
+        2 * BLOCK,
+        chunks - 300,
+        chunks - 1,
+    ];
+    for &first in &cuts {
+        for &last in cuts.iter().filter(|&&last| last >= first) {
+            let mut c = build();
+            // Values from chunk `first` through chunk `last`, as a trim then a refund leave
+            // them, before the deque settles.
+            let (from, to) = (starts[first], starts.get(last + 1).copied().unwrap_or(n));
+            c.head += from;
+            c.len = (to - from) as usize;
+            let pending = c.pending();
+            assert_eq!(pending, chunks - (last - first + 1));
+            let allocations = c.allocations();
+            match c.take_unused() {
+                Some(unused) => {
+                    assert!(pending > FREES_PER_CALL);
+                    assert_eq!(unused.len(), pending, "chunks {first} to {last}");
+                }
+                None => assert!(pending <= FREES_PER_CALL, "chunks {first} to {last}"),
+            }
+            if pending > FREES_PER_CALL {
+                assert_eq!(c.pending(), 0);
+                assert_eq!(c.index.len(), last - first + 1);
+                assert!(c.allocations() < allocations - pending + 3);
+            }
+            check_shape(&c);
+            let model: Vec<u64> = (from..to).collect();
+            for v in 0..2000 {
+                c.push_back(n + v);
+            }
+            let want: Vec<u64> = model.into_iter().chain(n..n + 2000).collect();
+            assert!(
+                c.iter().copied().eq(want.iter().copied()),
+                "chunks {first} to {last}"
+            );
+            assert_eq!(c.len(), want.len());
+            check_shape(&c);
+        }
+    }
+    // Everything: the whole index goes.
+    let mut c = build();
+    c.truncate(0);
+    let handed = handed_off(|| c.reclaim_with(Some(count_hand_off)));
+    assert_eq!((handed, c.pending(), c.allocations()), (1, 0, 0));
+    c.push_back(7);
+    assert_eq!(c.iter().copied().collect::<Vec<_>>(), vec![7]);
 }
 
 #[test]

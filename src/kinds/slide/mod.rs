@@ -12,7 +12,8 @@
 //! Records are held in [`Chunks`], so that no call copies or frees more than a bounded
 //! amount, even on a log of ten million records: growth allocates one chunk at most, and
 //! dropping records (those that left the longest window, or a refund) frees a bounded number
-//! of chunks, leaving the rest to the next calls.
+//! of chunks in the call and hands any more to the module's freeing thread, so that the
+//! log's memory follows its records at once.
 //!
 //! Records leave the log once no window the key was used with since they were made can count
 //! them. A call records under its own windows and trims what has left the longest of them,
@@ -112,12 +113,12 @@ static SLIDE_INFO: Info = Info {
     name: "RL.SLIDE",
     event: c"rl.slide",
     summary: "Exact sliding-window rate limit over one or more (limit, window) pairs; records the request when every window allows it",
-    complexity: "O(log N) where N is the number of milliseconds with recorded requests in the longest window; records that leave it are dropped in O(log N) and their memory freed a bounded amount per call",
+    complexity: "O(log N) where N is the number of milliseconds with recorded requests in the longest window; records that leave it are dropped in O(log N), their memory freed off the main thread beyond a bounded amount",
     arity: -4,
     keys: Keys::First,
     // Binary searches over the log and an O(1) move of its head past the records that
-    // left (merged per millisecond): O(log N), like ZADD. The only linear steps are
-    // amortised: giving memory back once a burst has left, a bounded amount per call.
+    // left (merged per millisecond): O(log N), like ZADD. Giving memory back once a burst
+    // has left frees a bounded amount in the call, and hands the rest to another thread.
     flags: "write deny-oom fast",
     categories: "write fast",
     own_category: true,

@@ -265,7 +265,7 @@ const ROWS: [&str; 18] = [
     "99.9% of those calls took at most",
     "RL.SLIDE leaving 24% (time moved on)",
     "RL.SLIDE with a window keeping 24%",
-    "each of the 100 calls after that (deferred frees)",
+    "each of the 100 calls after that",
     "RL.SLIDE with a second window (nothing trimmed)",
     "RL.SLIDE refused (exact retry_after)",
     "RL.PEEK",

@@ -7,13 +7,13 @@ use common::{digest, rl, run, unix_ms, Server};
 use rstest::rstest;
 
 const LIMIT: &str = "ERR limit must be an integer from 1 to 4294967295";
-const WINDOW: &str = "ERR window_ms must be an integer from 1 to 2678400000";
+const WINDOW: &str = "ERR window_ms must be a duration from 1 to 2678400000 ms: an integer of ms, or with a unit (250ms, 60s, 5m, 1h, 1d)";
 const COST: &str = "ERR COST must be an integer from 0 to 9223372036854775807";
 const NOW: &str = "ERR NOW must be an integer from 0 to 253402300799999";
 const ARITY: &str = "ERR wrong number of arguments";
 const RATE_LIMIT: &str = "ERR limit must be an integer from 1 to 2147483647";
 const BURST: &str = "ERR BURST must be an integer from 1 to 2147483647";
-const MAXDELAY: &str = "ERR MAXDELAY must be an integer from 0 to 2678400000";
+const MAXDELAY: &str = "ERR MAXDELAY must be a duration from 0 to 2678400000 ms: an integer of ms, or with a unit (250ms, 60s, 5m, 1h, 1d)";
 
 #[rstest]
 #[case(&["RL.SLIDE"], ARITY)]
@@ -80,8 +80,10 @@ const MAXDELAY: &str = "ERR MAXDELAY must be an integer from 0 to 2678400000";
 #[case(&["RL.SUBWIN", "bad", "0", "1000", "100"], RATE_LIMIT)]
 #[case(&["RL.SUBWIN", "bad", "2147483648", "1000", "100"], RATE_LIMIT)]
 #[case(&["RL.SUBWIN", "bad", "10", "2678400001", "100"], WINDOW)]
-#[case(&["RL.SUBWIN", "bad", "10", "1000", "0"], "ERR resolution_ms must be an integer from 1 to 1000")]
-#[case(&["RL.SUBWIN", "bad", "10", "1000", "1001"], "ERR resolution_ms must be an integer from 1 to 1000")]
+#[case(&["RL.SUBWIN", "bad", "10", "1000", "0"], "ERR resolution_ms must be a duration from 1 to 1000 ms: an integer of ms, or with a unit (250ms, 60s, 5m, 1h, 1d)")]
+#[case(&["RL.SUBWIN", "bad", "10", "1000", "1001"], "ERR resolution_ms must be a duration from 1 to 1000 ms: an integer of ms, or with a unit (250ms, 60s, 5m, 1h, 1d)")]
+#[case(&["RL.SLIDE", "bad", "10", "60sec"], WINDOW)]
+#[case(&["RL.SLIDE", "bad", "10", "32d"], WINDOW)]
 #[case(&["RL.SUBWIN", "bad", "10", "1000", "300"], "ERR window_ms must be a multiple of resolution_ms")]
 #[case(&["RL.SUBWIN", "bad", "10", "8194", "2"], "ERR window_ms / resolution_ms must be at most 4096 sub-intervals")]
 #[case(&["RL.SUBWIN", "bad", "10", "1000", "100", "ALIGN"], "ERR unknown option 'ALIGN'")]

@@ -115,11 +115,19 @@ fn bad_and_edge_input(server: Server) {
     );
     assert!(run(&mut c, &["EXISTS", "missing"]).unwrap() == Value::Int(0));
     rl(&mut c, "RL.FIXED f 5 60000");
-    assert_eq!(
-        err(&mut c, &["RL.CHARGE", "f", "NOW", "1"]),
-        "ERR RL.CHARGE needs COST n, the units to record"
-    );
-    assert!(err(&mut c, &["RL.CHARGE", "f"]).contains("wrong number of arguments"));
+    // COST forgotten: the error says what the call lacks, however it was written.
+    for words in [
+        &["RL.CHARGE", "f", "NOW", "1"][..],
+        &["RL.CHARGE", "f"],
+        &["RL.CHARGE", "f", "5"],
+    ] {
+        assert_eq!(
+            err(&mut c, words),
+            "ERR RL.CHARGE needs COST n, the units to record: RL.CHARGE key COST n [NOW ms]",
+            "{words:?}"
+        );
+    }
+    assert!(err(&mut c, &["RL.CHARGE"]).contains("wrong number of arguments"));
     assert_eq!(
         err(&mut c, &["RL.CHARGE", "f", "COST", "-1"]),
         "ERR COST must be an integer from 0 to 9223372036854775807"

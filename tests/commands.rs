@@ -678,3 +678,67 @@ fn peek_with_cost_answers_as_the_command_would_and_changes_nothing(server: Serve
         Value::Nil
     );
 }
+
+/// Durations take units wherever a duration is taken (`250ms`, `60s`, `5m`, `1h`, `1d`): the
+/// same call with the unit and in milliseconds answers alike; a bare integer stays ms.
+#[rstest]
+fn durations_take_units(server: Server) {
+    let mut c = server.conn();
+    let t = unix_ms();
+    for (with_unit, in_ms) in [
+        ("RL.SLIDE a{1} 2 60s", "RL.SLIDE b{1} 2 60000"),
+        (
+            "RL.SLIDE a{2} 2 1m 10 1h",
+            "RL.SLIDE b{2} 2 60000 10 3600000",
+        ),
+        ("RL.TOKEN a{3} 10 1m", "RL.TOKEN b{3} 10 60000"),
+        (
+            "RL.LEAKY a{4} 10 1s MAXDELAY 500ms",
+            "RL.LEAKY b{4} 10 1000 MAXDELAY 500",
+        ),
+        ("RL.FIXED a{5} 10 1d", "RL.FIXED b{5} 10 86400000"),
+        ("RL.SUBWIN a{6} 10 1m 1s", "RL.SUBWIN b{6} 10 60000 1000"),
+        (
+            "RL.ACQUIRE a{7} 2 30s BLOCK 1s",
+            "RL.ACQUIRE b{7} 2 30000 BLOCK 1000",
+        ),
+    ] {
+        for _ in 0..3 {
+            let (x, y) = (
+                run(
+                    &mut c,
+                    &format!("{with_unit} NOW {t}")
+                        .split(' ')
+                        .collect::<Vec<_>>(),
+                ),
+                run(
+                    &mut c,
+                    &format!("{in_ms} NOW {t}").split(' ').collect::<Vec<_>>(),
+                ),
+            );
+            let (x, y) = (x.unwrap(), y.unwrap());
+            // A lease's id differs by its key only in nothing: compare the five fields.
+            let five = |v: Value| -> Vec<Value> {
+                let Value::Array(items) = v else {
+                    panic!("{v:?}")
+                };
+                items.into_iter().take(5).collect()
+            };
+            assert_eq!(five(x), five(y), "{with_unit} vs {in_ms}");
+        }
+    }
+    // RL.EXTEND and a policy take them too.
+    run(&mut c, &["RL.ACQUIRE", "l", "2", "10s", "ID", "x"]).unwrap();
+    run(&mut c, &["RL.EXTEND", "l", "x", "2m"]).unwrap();
+    assert!(int(&mut c, &["PTTL", "l"]) > 100_000);
+    run(
+        &mut c,
+        &["RL.POLICY", "SET", "p", "m", "SLIDE", "100", "1m"],
+    )
+    .unwrap();
+    let v: Vec<Value> =
+        redis::from_redis_value(&run(&mut c, &["RL.HIT", "p", "u"]).unwrap()).unwrap();
+    assert_eq!(v[4], Value::Int(60_000));
+    // A window typed in seconds without its unit is milliseconds, as it always was.
+    assert_eq!(rl(&mut c, "RL.SLIDE s 2 60")[4], 60);
+}

@@ -19,6 +19,9 @@ pub const COST_DEFAULT: u64 = 1;
 pub enum Takes {
     /// A decimal integer in `min..=max`.
     Int { min: u64, max: u64 },
+    /// A duration in `min..=max` milliseconds: an integer of milliseconds, or one with a
+    /// unit (see [`duration`]).
+    Duration { min: u64, max: u64 },
     /// Nothing: the keyword alone.
     Flag,
     /// Any word.
@@ -37,6 +40,13 @@ impl Opt {
         Opt {
             keyword,
             takes: Takes::Int { min, max },
+        }
+    }
+
+    pub const fn duration(keyword: &'static str, min: u64, max: u64) -> Opt {
+        Opt {
+            keyword,
+            takes: Takes::Duration { min, max },
         }
     }
 
@@ -130,6 +140,9 @@ fn some_options<'a, const N: usize>(
                 };
                 match takes {
                     Takes::Int { min, max } => Value::Int(int(value, opt.keyword, min, max)?),
+                    Takes::Duration { min, max } => {
+                        Value::Int(duration(value, opt.keyword, min, max)?)
+                    }
                     _ => Value::Word(value),
                 }
             }
@@ -151,6 +164,60 @@ pub fn positional(
         Some(word) => int(word, name, min, max),
         None => Err(Error::Arity),
     }
+}
+
+/// The required positional duration at `i`, in `min..=max` milliseconds (see [`duration`]).
+#[inline(always)]
+pub fn positional_duration(
+    words: &[&[u8]],
+    i: usize,
+    name: &'static str,
+    min: u64,
+    max: u64,
+) -> Result<u64, Error> {
+    match words.get(i) {
+        Some(word) => duration(word, name, min, max),
+        None => Err(Error::Arity),
+    }
+}
+
+/// A duration in `min..=max` milliseconds: a decimal integer of milliseconds (as [`int`]
+/// reads it), or a decimal integer followed by a unit, `ms`, `s`, `m`, `h` or `d` (in any
+/// case): `250ms`, `60s`, `5m`, `1h`, `1d`. A window typed in seconds without its unit
+/// would be read as milliseconds, so the unit is what says otherwise.
+#[inline(always)]
+pub fn duration(word: &[u8], name: &'static str, min: u64, max: u64) -> Result<u64, Error> {
+    // The common case, a bare number, costs one byte's test more than `int`.
+    if word.last().is_some_and(u8::is_ascii_digit) {
+        return int(word, name, min, max).map_err(|_| duration_error(name, min, max));
+    }
+    with_unit(word, name, min, max)
+}
+
+fn duration_error(name: &'static str, min: u64, max: u64) -> Error {
+    Error::DurationRange {
+        arg: name,
+        min,
+        max,
+    }
+}
+
+fn with_unit(word: &[u8], name: &'static str, min: u64, max: u64) -> Result<u64, Error> {
+    let digits = word.iter().take_while(|b| b.is_ascii_digit()).count();
+    let (number, unit) = word.split_at(digits);
+    let per: u64 = match unit.to_ascii_lowercase().as_slice() {
+        b"ms" => 1,
+        b"s" => 1000,
+        b"m" => 60_000,
+        b"h" => 3_600_000,
+        b"d" => 86_400_000,
+        _ => return Err(duration_error(name, min, max)),
+    };
+    int(number, name, 0, u64::MAX)
+        .ok()
+        .and_then(|n| n.checked_mul(per))
+        .filter(|ms| (min..=max).contains(ms))
+        .ok_or_else(|| duration_error(name, min, max))
 }
 
 /// A decimal integer in `min..=max`, written the way Redis writes integers.
@@ -341,6 +408,50 @@ mod tests {
             options: &TABLE[..1],
         };
         assert_eq!(pairs.extent(&words("1 2 3 4 5 6 COST 1 ALIGN")), 8);
+    }
+
+    #[test]
+    fn durations_take_units() {
+        let d = |w: &str| duration(w.as_bytes(), "window_ms", 1, 2_678_400_000);
+        for (word, ms) in [
+            ("60000", 60_000),
+            ("250ms", 250),
+            ("60s", 60_000),
+            ("5m", 300_000),
+            ("1h", 3_600_000),
+            ("1d", 86_400_000),
+            ("31d", 2_678_400_000),
+            ("2S", 2000),
+            ("10MS", 10),
+        ] {
+            assert_eq!(d(word), Ok(ms), "{word}");
+        }
+        for bad in [
+            "",
+            "0",
+            "0s",
+            "32d",
+            "s",
+            "1w",
+            "1.5s",
+            "-1s",
+            "1 s",
+            "01s",
+            "1sec",
+            "99999999999999999999d",
+        ] {
+            let err = Error::DurationRange {
+                arg: "window_ms",
+                min: 1,
+                max: 2_678_400_000,
+            };
+            assert_eq!(d(bad), Err(err), "{bad}");
+        }
+        const OPTS: [Opt; 1] = [Opt::duration("MAXDELAY", 0, 1000)];
+        assert_eq!(
+            options(&words("MAXDELAY 1s"), &OPTS).unwrap(),
+            [Some(Value::Int(1000))]
+        );
     }
 
     proptest::proptest! {

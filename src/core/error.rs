@@ -14,6 +14,12 @@ pub enum Error {
         min: u64,
         max: u64,
     },
+    /// `arg` is not a duration in `min..=max` milliseconds.
+    DurationRange {
+        arg: &'static str,
+        min: u64,
+        max: u64,
+    },
     UnknownOption(String),
     RepeatedOption(&'static str),
     MissingValue(&'static str),
@@ -122,6 +128,11 @@ impl fmt::Display for Error {
             Error::Range { arg, min, max } => {
                 write!(f, "ERR {arg} must be an integer from {min} to {max}")
             }
+            Error::DurationRange { arg, min, max } => write!(
+                f,
+                "ERR {arg} must be a duration from {min} to {max} ms: an integer of ms, or \
+                 with a unit (250ms, 60s, 5m, 1h, 1d)"
+            ),
             Error::UnknownOption(opt) => write!(f, "ERR unknown option '{opt}'"),
             Error::RepeatedOption(opt) => write!(f, "ERR option {opt} given more than once"),
             Error::MissingValue(opt) => write!(f, "ERR option {opt} needs a value"),

@@ -207,12 +207,13 @@ pub fn refund_or_charge(
     mode: Mode,
     charge: bool,
 ) -> Result<Reply, Error> {
-    let (opts, has_cost) = parse(words, args::COST_DEFAULT)?;
-    if charge && !has_cost {
+    // A charge's units are never implied: without COST (`RL.CHARGE key 5`), say so first.
+    if charge && !words.iter().any(|w| w.eq_ignore_ascii_case(b"COST")) {
         return Err(Error::Invalid(
-            "RL.CHARGE needs COST n, the units to record",
+            "RL.CHARGE needs COST n, the units to record: RL.CHARGE key COST n [NOW ms]",
         ));
     }
+    let (opts, _) = parse(words, args::COST_DEFAULT)?;
     let clock = clock(ctx, opts.now, mode)?;
     let mut key = Key::open(ctx, name, true);
     let Some(entry) = entry(&key)? else {
@@ -272,7 +273,9 @@ static CHARGE_INFO: Info = Info {
     event: c"rl.charge",
     summary: "Records units on an existing limiter under the parameters it last used, even beyond its limit: a cost known once the work is done",
     complexity: "O(log N) for a sliding log, O(1) for a bucket or fixed window, O(R) for a sub-interval window of R sub-intervals",
-    arity: -4,
+    // COST is required, but a call without it is answered by the command (which says so),
+    // not by the server's bare arity error.
+    arity: -2,
     keys: Keys::First,
     // Records under the stored parameters: as RL.SLIDE on a log, but clears a ring's
     // sub-intervals as RL.SUBWIN does.

@@ -22,7 +22,7 @@ use crate::core::meta::{self, Info, Keys, Stats};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Leaky(pub Gcra);
 
-const MAXDELAY: Opt = Opt::int("MAXDELAY", 0, MAX_WINDOW_MS);
+const MAXDELAY: Opt = Opt::duration("MAXDELAY", 0, MAX_WINDOW_MS);
 const BURST: Opt = Opt::int("BURST", 1, MAX_RATE_LIMIT);
 const OPTIONS: [Opt; 4] = [MAXDELAY, BURST, COST, NOW];
 
@@ -76,7 +76,7 @@ impl Rate for Leaky {
 
     fn parse(words: &[&[u8]]) -> Result<RateCall<Params>, Error> {
         let limit = positional(words, 0, "limit", 1, MAX_RATE_LIMIT)?;
-        let window_ms = positional(words, 1, "window_ms", 1, MAX_WINDOW_MS)?;
+        let window_ms = args::positional_duration(words, 1, "window_ms", 1, MAX_WINDOW_MS)?;
         let given = args::options(words.get(2..).unwrap_or_default(), &OPTIONS)?;
         let (cost, now) = args::cost_and_now(&given, 2, 3);
         Ok(RateCall {

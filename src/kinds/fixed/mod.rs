@@ -306,7 +306,7 @@ impl Rate for FixedWindow {
 
     fn parse(words: &[&[u8]]) -> Result<RateCall<Params>, Error> {
         let limit = positional(words, 0, "limit", 1, MAX_LIMIT)?;
-        let window_ms = positional(words, 1, "window_ms", 1, MAX_WINDOW_MS)?;
+        let window_ms = args::positional_duration(words, 1, "window_ms", 1, MAX_WINDOW_MS)?;
         let given = args::options(words.get(2..).unwrap_or_default(), &OPTIONS)?;
         let (cost, now) = args::cost_and_now(&given, 1, 2);
         Ok(RateCall {

@@ -33,7 +33,7 @@ pub use semaphore::{
 
 use std::borrow::Cow;
 
-use crate::core::args::{self, int, lossy, Opt, COST, NOW};
+use crate::core::args::{self, lossy, Opt, COST, NOW};
 use crate::core::codec::{Malformed, Reader, Sink};
 use crate::core::effect::{from_hex, Out};
 use crate::core::error::Error;
@@ -177,7 +177,7 @@ pub struct AcquireCall<'a> {
 }
 
 const ID: Opt = Opt::word("ID");
-const BLOCK: Opt = Opt::int("BLOCK", 0, BLOCK_MAX_MS);
+const BLOCK: Opt = Opt::duration("BLOCK", 0, BLOCK_MAX_MS);
 const ACQUIRE_OPTIONS: [Opt; 4] = [ID, COST, BLOCK, NOW];
 const LEASE_MS: Arg = arg("lease-ms", ArgKind::Integer);
 const LEASE_ID: Arg = arg("lease-id", ArgKind::String);
@@ -269,7 +269,7 @@ impl Command for Acquire {
 
     fn parse<'a>(words: &[&'a [u8]], effect: bool) -> Result<AcquireCall<'a>, Error> {
         let limit = args::positional(words, 0, "limit", 1, MAX_LIMIT)?;
-        let lease_ms = args::positional(words, 1, "lease_ms", 1, MAX_LEASE_MS)?;
+        let lease_ms = args::positional_duration(words, 1, "lease_ms", 1, MAX_LEASE_MS)?;
         let given = args::options(words.get(2..).unwrap_or_default(), &ACQUIRE_OPTIONS)?;
         let id = match given[0] {
             Some(args::Value::Word(w)) => Some(id_arg(w, effect)?),
@@ -461,7 +461,7 @@ fn parse_held<'a>(words: &[&'a [u8]], hex: bool, extend: bool) -> Result<HeldCal
     let id = id_arg(words.first().ok_or(Error::Arity)?, hex)?;
     let lease_ms = if extend {
         let word = words.get(1).ok_or(Error::Arity)?;
-        int(word, "lease_ms", 1, MAX_LEASE_MS)?
+        args::duration(word, "lease_ms", 1, MAX_LEASE_MS)?
     } else {
         0
     };

@@ -148,7 +148,7 @@ impl Rate for SlidingLog {
         if let [limit, window_ms] = words {
             if let (Ok(limit), Ok(window_ms)) = (
                 int(limit, "limit", 1, MAX_LIMIT),
-                int(window_ms, "window_ms", 1, MAX_WINDOW_MS),
+                args::duration(window_ms, "window_ms", 1, MAX_WINDOW_MS),
             ) {
                 let mut windows = Windows::default();
                 windows.push(Window { limit, window_ms });
@@ -181,7 +181,7 @@ impl Rate for SlidingLog {
             if let [limit, window_ms] = pair {
                 windows.push(Window {
                     limit: int(limit, "limit", 1, MAX_LIMIT)?,
-                    window_ms: int(window_ms, "window_ms", 1, MAX_WINDOW_MS)?,
+                    window_ms: args::duration(window_ms, "window_ms", 1, MAX_WINDOW_MS)?,
                 });
             }
         }

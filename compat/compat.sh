@@ -486,10 +486,28 @@ for s in $SERVERS; do
   SERVER_LINES+="- $NAME: \`$BIN\` ($BUILT)"$'\n'
 done
 
-{
+# generic text: the text with this machine's paths made generic, as the report is committed:
+# the repository as <repo>, the cache as <cache> (the longer of the two first, in case one
+# holds the other), then the home directory as ~.
+generic() {
+  local text=$1
+  if ((${#CACHE} > ${#ROOT})); then
+    text=${text//"$CACHE"/"<cache>"}
+    text=${text//"$ROOT"/"<repo>"}
+  else
+    text=${text//"$ROOT"/"<repo>"}
+    text=${text//"$CACHE"/"<cache>"}
+  fi
+  [[ -z $HOME || $HOME == / ]] || text=${text//"$HOME"/"~"}
+  printf '%s\n' "$text"
+}
+
+report() {
   echo "# Compatibility run"
   echo
   echo "Commit $COMMIT, $DATE; test command: \`$TEST\`. Written by \`make compat\` (compat/compat.sh)."
+  echo "Paths: \`<repo>\` is the repository, \`<cache>\` the build cache (COMPAT_CACHE, by default"
+  echo "\`~/.cache/redis-ratelimit/compat\`), \`~\` the home directory."
   echo
   echo "| server | version run | source | result |"
   echo "|---|---|---|---|"
@@ -512,6 +530,7 @@ done
     echo
     printf '%s' "$LOADLOG"
   fi
-} >"$REPORT"
+}
+generic "$(report)" >"$REPORT"
 cat "$REPORT"
 exit "$FAILED"

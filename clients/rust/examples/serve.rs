@@ -25,9 +25,13 @@ fn env_or(name: &str, default: &str) -> String {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let addr = std::env::args().nth(1).unwrap_or_else(|| "127.0.0.1:8080".into());
+    let addr = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "127.0.0.1:8080".into());
     let url = env_or("RL_URL", "redis://127.0.0.1:6379");
-    let con = redis::Client::open(url.as_str())?.get_connection_manager().await?;
+    let con = redis::Client::open(url.as_str())?
+        .get_connection_manager()
+        .await?;
     let rl = AsyncRateLimit::new(con);
     let mut layer = match std::env::var("RL_POLICY") {
         Ok(policy) => RateLimitLayer::policy(rl, policy),

@@ -1,8 +1,6 @@
 //! The async client, over any `redis::aio::ConnectionLike` that is `Clone` (MultiplexedConnection,
 //! ConnectionManager, cluster_async::ClusterConnection).
 
-use std::any::Any;
-
 use std::sync::{Arc, OnceLock};
 
 use redis::aio::ConnectionLike;
@@ -82,7 +80,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> AsyncRateLimit<C> {
         let mut con = self.con.clone();
         #[cfg(feature = "cluster-async")]
         if let Some(routing) = call.route.routing() {
-            if let Some(cluster) = (&mut con as &mut dyn Any)
+            if let Some(cluster) = (&mut con as &mut dyn std::any::Any)
                 .downcast_mut::<redis::cluster_async::ClusterConnection>()
             {
                 return Ok(cluster.route_command(call.cmd, routing).await?);
@@ -128,65 +126,82 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> AsyncRateLimit<C> {
         self.module(
             "RL.ACQUIRE",
             Call::new(cmd::acquire(key, limit, lease_ms, opts)),
-        ).await
+        )
+        .await
     }
 
     /// `RL.RELEASE key lease-id`: `allowed` is false for a lease already ended.
     pub async fn release(&self, key: &str, id: &LeaseId) -> Result<Decision> {
-        self.module("RL.RELEASE", Call::new(cmd::release(key, id))).await
+        self.module("RL.RELEASE", Call::new(cmd::release(key, id)))
+            .await
     }
 
     /// `RL.EXTEND key lease-id lease_ms`: the lease now ends `lease_ms` from now.
     pub async fn extend(&self, key: &str, id: &LeaseId, lease_ms: u64) -> Result<Decision> {
-        self.module("RL.EXTEND", Call::new(cmd::extend(key, id, lease_ms))).await
+        self.module("RL.EXTEND", Call::new(cmd::extend(key, id, lease_ms)))
+            .await
     }
 
     /// `RL.PEEK key [COST n]`; `None` for a missing key.
     pub async fn peek(&self, key: &str, cost: Option<u64>) -> Result<Option<Decision>> {
-        self.module("RL.PEEK", Call::new(cmd::peek(key, cost))).await
+        self.module("RL.PEEK", Call::new(cmd::peek(key, cost)))
+            .await
     }
 
     /// `RL.REFUND key [COST n]`; `None` for a missing key.
     pub async fn refund(&self, key: &str, cost: u64) -> Result<Option<Decision>> {
-        self.module("RL.REFUND", Call::new(cmd::refund(key, cost))).await
+        self.module("RL.REFUND", Call::new(cmd::refund(key, cost)))
+            .await
     }
 
     /// `RL.CHARGE key COST n`; `None` for a missing key.
     pub async fn charge(&self, key: &str, cost: u64) -> Result<Option<Decision>> {
-        self.module("RL.CHARGE", Call::new(cmd::charge(key, cost))).await
+        self.module("RL.CHARGE", Call::new(cmd::charge(key, cost)))
+            .await
     }
 
     /// `RL.ALL`: one all-or-nothing decision across the entries' keys (one slot in a cluster).
     pub async fn all(&self, entries: &[AllEntry]) -> Result<AllDecision> {
-        let route = Route::Key(entries.first().map_or(Vec::new(), |e| e.key.clone().into_bytes()));
-        self.module("RL.ALL", Call::to(cmd::all(entries), route)).await
+        let route = Route::Key(
+            entries
+                .first()
+                .map_or(Vec::new(), |e| e.key.clone().into_bytes()),
+        );
+        self.module("RL.ALL", Call::to(cmd::all(entries), route))
+            .await
     }
 
     /// `RL.HIT policy subject [COST n]`: a decision under a policy the server keeps.
     pub async fn hit(&self, policy: &str, subject: &str, cost: u64) -> Result<HitDecision> {
         let route = Route::Key(subject.as_bytes().to_vec());
-        self.module("RL.HIT", Call::to(cmd::hit(policy, subject, cost), route)).await
+        self.module("RL.HIT", Call::to(cmd::hit(policy, subject, cost), route))
+            .await
     }
 
     /// `RL.POLICY SET name limiter...` (on every primary of a cluster).
     pub async fn policy_set(&self, name: &str, limiters: &[PolicyLimiter]) -> Result<()> {
         let route = Route::AllPrimaries(Combine::AllSucceeded);
-        let _: Value = self.module(
-            "RL.POLICY",
-            Call::to(cmd::policy_set(name, limiters), route),
-        ).await?;
+        let _: Value = self
+            .module(
+                "RL.POLICY",
+                Call::to(cmd::policy_set(name, limiters), route),
+            )
+            .await?;
         Ok(())
     }
 
     /// `RL.POLICY GET name`: the definition's words, `None` when there is none.
     pub async fn policy_get(&self, name: &str) -> Result<Option<Vec<String>>> {
-        self.module("RL.POLICY", Call::to(cmd::policy_get(name), Route::OneNode)).await
+        self.module("RL.POLICY", Call::to(cmd::policy_get(name), Route::OneNode))
+            .await
     }
 
     /// `RL.POLICY DEL name`: whether it existed (on any primary of a cluster).
     pub async fn policy_del(&self, name: &str) -> Result<bool> {
         let route = Route::AllPrimaries(Combine::Sum);
-        let n: i64 = self.module("RL.POLICY", Call::to(cmd::policy_del(name), route)).await?;
+        let n: i64 = self
+            .module("RL.POLICY", Call::to(cmd::policy_del(name), route))
+            .await?;
         Ok(n > 0)
     }
 
@@ -196,7 +211,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> AsyncRateLimit<C> {
         self.module(
             "RL.POLICY",
             Call::to(cmd::policy_list(cursor, count), Route::OneNode),
-        ).await
+        )
+        .await
     }
 
     /// Every policy, page by page.
@@ -217,7 +233,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> AsyncRateLimit<C> {
     /// cluster, merged).
     pub async fn top(&self, count: Option<u32>, policy: Option<&str>) -> Result<Vec<TopEntry>> {
         let route = Route::AllPrimaries(Combine::Arrays);
-        let entries = self.module("RL.TOP", Call::to(cmd::top(count, policy), route)).await?;
+        let entries = self
+            .module("RL.TOP", Call::to(cmd::top(count, policy), route))
+            .await?;
         Ok(call::merge_top(entries, count))
     }
 

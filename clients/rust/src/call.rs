@@ -47,6 +47,7 @@ pub(crate) fn backend_from_check(reply: &Value, fallback: Fallback) -> Result<Ba
 
 /// Where a command goes in Redis Cluster. On a single server every route is the connection.
 #[derive(Debug, Clone)]
+#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
 pub(crate) enum Route {
     /// The cluster client's own routing: the first argument, which is the key of every
     /// single-key RL.* command.

@@ -31,7 +31,11 @@ pub fn headers(d: &Decision, limit: &Limit, name: &str) -> Vec<Header> {
 /// policy's (in its order; [`parse_policy`](crate::parse_policy) reads them from
 /// `RL.POLICY GET`); when they do not match the parts, the policy items are left out and the
 /// `RateLimit` items are named `<i>`.
-pub fn multi_headers(overall: &Decision, parts: &[Part], limiters: &[PolicyLimiter]) -> Vec<Header> {
+pub fn multi_headers(
+    overall: &Decision,
+    parts: &[Part],
+    limiters: &[PolicyLimiter],
+) -> Vec<Header> {
     let mut out = legacy(overall);
     let known = limiters.len() == parts.len();
     if known {
@@ -60,7 +64,10 @@ fn legacy(d: &Decision) -> Vec<Header> {
     vec![
         ("X-RateLimit-Limit", d.limit.to_string()),
         ("X-RateLimit-Remaining", d.remaining.to_string()),
-        ("X-RateLimit-Reset", ceil_s(d.reset_after_ms as i64).to_string()),
+        (
+            "X-RateLimit-Reset",
+            ceil_s(d.reset_after_ms as i64).to_string(),
+        ),
     ]
 }
 
@@ -209,11 +216,24 @@ mod tests {
             reset_after_ms: reset,
         };
         let parts = vec![
-            Part { decision: d(true, 2, 1, 0, 60_000), lease_id: None },
-            Part { decision: d(false, 100, 20, 48_000, 48_000), lease_id: None },
+            Part {
+                decision: d(true, 2, 1, 0, 60_000),
+                lease_id: None,
+            },
+            Part {
+                decision: d(false, 100, 20, 48_000, 48_000),
+                lease_id: None,
+            },
         ];
-        let h = map(multi_headers(&d(false, 100, 20, 48_000, 48_000), &parts, &limiters));
-        assert_eq!(h["RateLimit-Policy"], "\"rpm\";q=2;w=60, \"tpm\";q=100;w=60");
+        let h = map(multi_headers(
+            &d(false, 100, 20, 48_000, 48_000),
+            &parts,
+            &limiters,
+        ));
+        assert_eq!(
+            h["RateLimit-Policy"],
+            "\"rpm\";q=2;w=60, \"tpm\";q=100;w=60"
+        );
         assert_eq!(h["RateLimit"], "\"rpm\";r=1;t=60, \"tpm\";r=20;t=48");
         assert_eq!(h["Retry-After"], "48");
     }

@@ -61,6 +61,9 @@ pub enum FailMode {
     Closed,
 }
 
+/// A closure that reads a request's key.
+pub type KeyFn = Arc<dyn Fn(&http::request::Parts) -> Option<String> + Send + Sync>;
+
 /// Where a request's key comes from.
 #[derive(Clone)]
 pub enum KeyExtractor {
@@ -71,7 +74,7 @@ pub enum KeyExtractor {
     /// A request header's value (an API key, or `X-Forwarded-For` as your proxy sets it).
     Header(HeaderName),
     /// Your own: from the request's method, URI, headers and extensions.
-    Func(Arc<dyn Fn(&http::request::Parts) -> Option<String> + Send + Sync>),
+    Func(KeyFn),
 }
 
 #[derive(Clone)]

@@ -384,7 +384,7 @@ fn parse_limiter(name: &str, kind: &str, rest: &[String]) -> Option<PolicyLimite
     }
     let at = |i: usize| nums.get(i).copied();
     let limit = match kind.to_ascii_uppercase().as_str() {
-        "SLIDE" if nums.len() >= 2 && nums.len() % 2 == 0 => Limit::Slide {
+        "SLIDE" if nums.len() >= 2 && nums.len().is_multiple_of(2) => Limit::Slide {
             windows: nums.chunks_exact(2).map(|p| (p[0], p[1])).collect(),
         },
         "TOKEN" if nums.len() == 2 => Limit::Token {

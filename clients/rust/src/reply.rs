@@ -183,9 +183,7 @@ pub struct Part {
 fn parts(items: &[Value]) -> Result<Vec<Part>, ParsingError> {
     items
         .iter()
-        .map(|v| {
-            decision_and_lease(v).map(|(decision, lease_id)| Part { decision, lease_id })
-        })
+        .map(|v| decision_and_lease(v).map(|(decision, lease_id)| Part { decision, lease_id }))
         .collect()
 }
 
@@ -374,7 +372,11 @@ mod tests {
         );
         assert!(Lease::from_redis_value(ints(&[1, 2, 1, 0, 1000])).is_err());
         let mut six = vec![Value::Int(1), Value::Int(2), Value::Int(1)];
-        six.extend([Value::Int(0), Value::Int(1000), Value::BulkString(b"7-0".to_vec())]);
+        six.extend([
+            Value::Int(0),
+            Value::Int(1000),
+            Value::BulkString(b"7-0".to_vec()),
+        ]);
         let lease = Lease::from_redis_value(Value::Array(six)).unwrap();
         assert_eq!(lease.id, Some(LeaseId::from("7-0")));
     }

@@ -1,7 +1,5 @@
 //! The blocking client, over any `redis::ConnectionLike`.
 
-use std::any::Any;
-
 use redis::{ConnectionLike, FromRedisValue, Value};
 
 use crate::call::{self, backend_from_check, parse, Backend, Call, Combine, Fallback, Route};
@@ -79,8 +77,8 @@ impl<C: ConnectionLike + 'static> RateLimit<C> {
     fn send(&mut self, call: Call) -> Result<Value> {
         #[cfg(feature = "cluster")]
         if let Some(routing) = call.route.routing() {
-            if let Some(cluster) =
-                (&mut self.con as &mut dyn Any).downcast_mut::<redis::cluster::ClusterConnection>()
+            if let Some(cluster) = (&mut self.con as &mut dyn std::any::Any)
+                .downcast_mut::<redis::cluster::ClusterConnection>()
             {
                 return Ok(cluster.route_command(&call.cmd, routing)?);
             }
@@ -154,7 +152,11 @@ impl<C: ConnectionLike + 'static> RateLimit<C> {
 
     /// `RL.ALL`: one all-or-nothing decision across the entries' keys (one slot in a cluster).
     pub fn all(&mut self, entries: &[AllEntry]) -> Result<AllDecision> {
-        let route = Route::Key(entries.first().map_or(Vec::new(), |e| e.key.clone().into_bytes()));
+        let route = Route::Key(
+            entries
+                .first()
+                .map_or(Vec::new(), |e| e.key.clone().into_bytes()),
+        );
         self.module("RL.ALL", Call::to(cmd::all(entries), route))
     }
 

@@ -20,8 +20,10 @@ async fn blocking(server: &Server) -> AsyncRateLimit<redis::aio::MultiplexedConn
     AsyncRateLimit::new(con)
 }
 
-async fn exercise<C>(rl: AsyncRateLimit<C>, blocker: AsyncRateLimit<redis::aio::MultiplexedConnection>)
-where
+async fn exercise<C>(
+    rl: AsyncRateLimit<C>,
+    blocker: AsyncRateLimit<redis::aio::MultiplexedConnection>,
+) where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
     let key = fresh("aslide");
@@ -52,17 +54,30 @@ where
     let refused = rl.hit(&policy, "s", 1).await.unwrap();
     assert_eq!(refused.refused_by.as_deref(), Some("m"));
     assert_eq!(rl.top(None, Some(&policy)).await.unwrap()[0].name, "s");
-    assert!(rl.policy_list_all().await.unwrap().iter().any(|p| p.name == policy));
+    assert!(rl
+        .policy_list_all()
+        .await
+        .unwrap()
+        .iter()
+        .any(|p| p.name == policy));
     assert!(rl.policy_del(&policy).await.unwrap());
 
     assert_eq!(rl.peek(&key, None).await.unwrap().unwrap().remaining, 0);
     assert_eq!(rl.refund(&key, 1).await.unwrap().unwrap().remaining, 1);
     assert!(rl.charge(&key, 1).await.unwrap().is_some());
-    assert!(!rl.throttle(&fresh("acell"), 1, 1, 60, 1).await.unwrap().limited);
+    assert!(
+        !rl.throttle(&fresh("acell"), 1, 1, 60, 1)
+            .await
+            .unwrap()
+            .limited
+    );
 
     // BLOCK: a waiting acquisition is granted when the holder releases.
     let jobs = fresh("ajobs");
-    let held = rl.acquire(&jobs, 1, 30_000, &AcquireOptions::default()).await.unwrap();
+    let held = rl
+        .acquire(&jobs, 1, 30_000, &AcquireOptions::default())
+        .await
+        .unwrap();
     let id = held.id.expect("a lease");
     let waiter = {
         let rl = blocker;
@@ -81,20 +96,35 @@ where
     assert!(rl.release(&jobs, &id).await.unwrap().allowed);
     let (lease, waited) = waiter.await.unwrap();
     assert!(lease.decision.allowed && lease.id.is_some(), "{lease:?}");
-    assert!(waited >= Duration::from_millis(150) && waited < Duration::from_secs(5), "{waited:?}");
-    assert!(rl.extend(&jobs, lease.id.as_ref().unwrap(), 1000).await.unwrap().allowed);
+    assert!(
+        waited >= Duration::from_millis(150) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+    assert!(
+        rl.extend(&jobs, lease.id.as_ref().unwrap(), 1000)
+            .await
+            .unwrap()
+            .allowed
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_a_multiplexed_connection() {
     let server = Server::start();
-    let con = server.client().get_multiplexed_async_connection().await.unwrap();
+    let con = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
     let rl = AsyncRateLimit::new(con);
     // Many first calls at once: every one is answered, and the check is kept.
     let calls: Vec<_> = (0..8)
         .map(|i| {
             let rl = rl.clone();
-            tokio::spawn(async move { rl.decide(&format!("first:{i}"), &Limit::slide(1, 1000), 1).await })
+            tokio::spawn(async move {
+                rl.decide(&format!("first:{i}"), &Limit::slide(1, 1000), 1)
+                    .await
+            })
         })
         .collect();
     for c in calls {
@@ -103,7 +133,10 @@ async fn over_a_multiplexed_connection() {
     exercise(rl, blocking(&server).await).await;
     let mut direct = server.client().get_connection().unwrap();
     let checks = info_count(&mut direct, "commandstats", "cmdstat_command|info:calls=");
-    assert!((2..=9).contains(&checks), "{checks}: up to 8 first calls at once, and the blocker's");
+    assert!(
+        (2..=9).contains(&checks),
+        "{checks}: up to 8 first calls at once, and the blocker's"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

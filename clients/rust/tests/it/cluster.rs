@@ -22,14 +22,23 @@ fn routed_without_a_redirect() {
     let mut primaries = cluster.primaries();
     assert_eq!(primaries.len(), 3);
     for p in primaries.iter_mut() {
-        let words: Option<Vec<String>> = redis::cmd("RL.POLICY").arg("GET").arg(&policy).query(p).unwrap();
+        let words: Option<Vec<String>> = redis::cmd("RL.POLICY")
+            .arg("GET")
+            .arg(&policy)
+            .query(p)
+            .unwrap();
         assert_eq!(words.unwrap().join(" "), "m SLIDE 1 60000");
     }
 
     // 100 subjects over every slot range: allowed, then refused; RL.TOP from every primary.
     let prefix = fresh("subject");
     for i in 0..100 {
-        assert!(rl.hit(&policy, &format!("{prefix}:{i}"), 1).unwrap().overall.allowed);
+        assert!(
+            rl.hit(&policy, &format!("{prefix}:{i}"), 1)
+                .unwrap()
+                .overall
+                .allowed
+        );
     }
     for i in 0..20 {
         let refused = rl.hit(&policy, &format!("{prefix}:{i}"), 1).unwrap();
@@ -50,10 +59,22 @@ fn routed_without_a_redirect() {
         assert!(all.overall.allowed);
     }
     for i in 0..100 {
-        assert!(rl.decide(&format!("{prefix}:k{i}"), &Limit::fixed(5, 60_000), 1).unwrap().allowed);
+        assert!(
+            rl.decide(&format!("{prefix}:k{i}"), &Limit::fixed(5, 60_000), 1)
+                .unwrap()
+                .allowed
+        );
     }
-    assert!(rl.policy_list_all().unwrap().iter().any(|p| p.name == policy));
-    assert_eq!(cluster.count("errorstats", MOVED) - before, 0, "MOVED replies");
+    assert!(rl
+        .policy_list_all()
+        .unwrap()
+        .iter()
+        .any(|p| p.name == policy));
+    assert_eq!(
+        cluster.count("errorstats", MOVED) - before,
+        0,
+        "MOVED replies"
+    );
 
     // What the redis crate does with RL.HIT on its own: by the policy's slot, redirected.
     let mut raw = client.get_connection().unwrap();
@@ -70,12 +91,20 @@ fn routed_without_a_redirect() {
 
     assert!(rl.policy_del(&policy).unwrap());
     for p in primaries.iter_mut() {
-        let words: Option<Vec<String>> = redis::cmd("RL.POLICY").arg("GET").arg(&policy).query(p).unwrap();
+        let words: Option<Vec<String>> = redis::cmd("RL.POLICY")
+            .arg("GET")
+            .arg(&policy)
+            .query(p)
+            .unwrap();
         assert_eq!(words, None);
     }
 
     // The async cluster connection, routed the same way.
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let con = client.get_async_connection().await.unwrap();
         let rl = AsyncRateLimit::new(con);
@@ -97,7 +126,11 @@ fn routed_without_a_redirect() {
                 .unwrap();
             assert!(all.overall.allowed);
         }
-        assert_eq!(cluster.count("errorstats", MOVED) - before, 0, "MOVED replies (async)");
+        assert_eq!(
+            cluster.count("errorstats", MOVED) - before,
+            0,
+            "MOVED replies (async)"
+        );
         assert!(rl.policy_del(&policy).await.unwrap());
     });
 }

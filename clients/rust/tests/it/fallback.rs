@@ -27,21 +27,40 @@ fn the_lua_twins_limit_as_the_module_does() {
     let mut rl =
         RateLimit::new(server.client().get_connection().unwrap()).with_fallback(Fallback::Lua);
     assert_eq!(rl.backend().unwrap(), Backend::Lua);
-    for limit in [Limit::slide(3, 60_000), Limit::fixed(3, 60_000), Limit::token(3, 60_000)] {
+    for limit in [
+        Limit::slide(3, 60_000),
+        Limit::fixed(3, 60_000),
+        Limit::token(3, 60_000),
+    ] {
         let key = fresh(limit.keyword());
-        let got: Vec<_> = (0..4).map(|_| rl.decide(&key, &limit, 1).unwrap()).collect();
+        let got: Vec<_> = (0..4)
+            .map(|_| rl.decide(&key, &limit, 1).unwrap())
+            .collect();
         assert_eq!(
-            got.iter().map(|d| (d.allowed, d.limit, d.remaining)).collect::<Vec<_>>(),
+            got.iter()
+                .map(|d| (d.allowed, d.limit, d.remaining))
+                .collect::<Vec<_>>(),
             [(true, 3, 2), (true, 3, 1), (true, 3, 0), (false, 3, 0)],
             "{limit:?}"
         );
-        assert!(got[3].retry_after_ms > 0 && got[3].retry_after_s().is_some(), "{:?}", got[3]);
+        assert!(
+            got[3].retry_after_ms > 0 && got[3].retry_after_s().is_some(),
+            "{:?}",
+            got[3]
+        );
         let never = rl.decide(&fresh("never"), &limit, 4).unwrap();
         assert!(never.never(), "{limit:?}: {never:?}");
     }
     // NOSCRIPT: the script cache flushed, the next call loads it again.
-    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(rl.connection()).unwrap();
-    assert!(rl.decide(&fresh("again"), &Limit::slide(1, 1000), 1).unwrap().allowed);
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(rl.connection())
+        .unwrap();
+    assert!(
+        rl.decide(&fresh("again"), &Limit::slide(1, 1000), 1)
+            .unwrap()
+            .allowed
+    );
     // What the twins do not cover says so.
     for err in [
         rl.decide("k", &Limit::leaky(1, 1000), 1).unwrap_err(),
@@ -56,7 +75,11 @@ fn the_lua_twins_limit_as_the_module_does() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_async_client_falls_back_too() {
     let server = Server::without_module();
-    let con = server.client().get_multiplexed_async_connection().await.unwrap();
+    let con = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
     let plain = AsyncRateLimit::new(con.clone());
     assert!(matches!(
         plain.decide("k", &Limit::token(1, 1000), 1).await,
@@ -64,7 +87,15 @@ async fn the_async_client_falls_back_too() {
     ));
     let rl = AsyncRateLimit::new(con).with_fallback(Fallback::Lua);
     let key = fresh("atoken");
-    assert!(rl.decide(&key, &Limit::token(1, 60_000), 1).await.unwrap().allowed);
+    assert!(
+        rl.decide(&key, &Limit::token(1, 60_000), 1)
+            .await
+            .unwrap()
+            .allowed
+    );
     let refused = rl.decide(&key, &Limit::token(1, 60_000), 1).await.unwrap();
-    assert!(!refused.allowed && refused.retry_after_ms > 59_000, "{refused:?}");
+    assert!(
+        !refused.allowed && refused.retry_after_ms > 59_000,
+        "{refused:?}"
+    );
 }

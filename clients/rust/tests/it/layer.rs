@@ -29,15 +29,22 @@ async fn serve(app: Router) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
-        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-            .await
-            .unwrap()
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap()
     });
     addr
 }
 
-fn app(layer: RateLimitLayer<impl redis::aio::ConnectionLike + Clone + Send + Sync + 'static>) -> Router {
-    Router::new().route("/", get(|| async { "hello\n" })).layer(layer)
+fn app(
+    layer: RateLimitLayer<impl redis::aio::ConnectionLike + Clone + Send + Sync + 'static>,
+) -> Router {
+    Router::new()
+        .route("/", get(|| async { "hello\n" }))
+        .layer(layer)
 }
 
 async fn get_(client: &Http, addr: SocketAddr, who: Option<&str>) -> (StatusCode, HeaderMap) {
@@ -45,7 +52,10 @@ async fn get_(client: &Http, addr: SocketAddr, who: Option<&str>) -> (StatusCode
     if let Some(w) = who {
         req = req.header("x-client", w);
     }
-    let resp = client.request(req.body(Empty::new()).unwrap()).await.unwrap();
+    let resp = client
+        .request(req.body(Empty::new()).unwrap())
+        .await
+        .unwrap();
     (resp.status(), resp.headers().clone())
 }
 
@@ -54,7 +64,13 @@ fn h<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 }
 
 async fn rl(server: &Server) -> AsyncRateLimit<redis::aio::MultiplexedConnection> {
-    AsyncRateLimit::new(server.client().get_multiplexed_async_connection().await.unwrap())
+    AsyncRateLimit::new(
+        server
+            .client()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -69,9 +85,15 @@ async fn refuses_exactly_the_request_past_the_limit() {
         let (status, headers) = get_(&client, addr, None).await;
         assert_eq!(status, StatusCode::OK, "request {}", i + 1);
         assert_eq!(h(&headers, "ratelimit-policy"), Some("\"api\";q=5;w=60"));
-        assert_eq!(h(&headers, "ratelimit"), Some(format!("\"api\";r={};t=60", 4 - i).as_str()));
+        assert_eq!(
+            h(&headers, "ratelimit"),
+            Some(format!("\"api\";r={};t=60", 4 - i).as_str())
+        );
         assert_eq!(h(&headers, "x-ratelimit-limit"), Some("5"));
-        assert_eq!(h(&headers, "x-ratelimit-remaining"), Some((4 - i).to_string().as_str()));
+        assert_eq!(
+            h(&headers, "x-ratelimit-remaining"),
+            Some((4 - i).to_string().as_str())
+        );
         assert_eq!(h(&headers, "x-ratelimit-reset"), Some("60"));
         assert_eq!(h(&headers, "retry-after"), None);
     }
@@ -83,7 +105,10 @@ async fn refuses_exactly_the_request_past_the_limit() {
     assert_eq!(h(&headers, "x-ratelimit-remaining"), Some("0"));
     // The key was the peer's IP, under the prefix.
     let mut direct = server.client().get_connection().unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS").arg("rl:t1:*").query(&mut direct).unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("rl:t1:*")
+        .query(&mut direct)
+        .unwrap();
     assert_eq!(keys.len(), 1);
     assert!(keys[0].ends_with("127.0.0.1"), "{keys:?}");
 }
@@ -101,8 +126,18 @@ impl Drop for Process {
 fn example(name: &str) -> std::path::PathBuf {
     // target/<profile>/deps/<this test> -> target/<profile>/examples/<name>
     let exe = std::env::current_exe().unwrap();
-    let path = exe.parent().unwrap().parent().unwrap().join("examples").join(name);
-    assert!(path.exists(), "{} is missing: cargo test --features axum builds it", path.display());
+    let path = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: cargo test --features axum builds it",
+        path.display()
+    );
     path
 }
 
@@ -152,16 +187,27 @@ async fn a_second_process_shares_the_limit() {
         let addr = if i % 2 == 0 { here } else { other_addr };
         let (status, headers) = get_(&client, addr, Some("alice")).await;
         if status == StatusCode::OK {
-            assert_eq!(h(&headers, "x-ratelimit-remaining"), Some((9 - i).to_string().as_str()));
+            assert_eq!(
+                h(&headers, "x-ratelimit-remaining"),
+                Some((9 - i).to_string().as_str())
+            );
         }
         statuses.push(status);
     }
     let ok = statuses.iter().filter(|s| **s == StatusCode::OK).count();
     assert_eq!(ok, 10, "{statuses:?}");
-    assert!(statuses[..10].iter().all(|s| *s == StatusCode::OK), "{statuses:?}");
-    assert!(statuses[10..].iter().all(|s| *s == StatusCode::TOO_MANY_REQUESTS));
+    assert!(
+        statuses[..10].iter().all(|s| *s == StatusCode::OK),
+        "{statuses:?}"
+    );
+    assert!(statuses[10..]
+        .iter()
+        .all(|s| *s == StatusCode::TOO_MANY_REQUESTS));
     // Another client has its own limit, in both processes.
-    assert_eq!(get_(&client, other_addr, Some("bob")).await.0, StatusCode::OK);
+    assert_eq!(
+        get_(&client, other_addr, Some("bob")).await.0,
+        StatusCode::OK
+    );
     assert_eq!(get_(&client, here, Some("bob")).await.0, StatusCode::OK);
 }
 
@@ -185,14 +231,22 @@ async fn under_a_policy_the_headers_name_each_limiter() {
     let client = http();
     let (status, headers) = get_(&client, addr, Some("carol")).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(h(&headers, "ratelimit-policy"), Some("\"second\";q=3;w=1, \"hour\";q=100;w=3600"));
-    assert_eq!(h(&headers, "ratelimit"), Some("\"second\";r=2;t=1, \"hour\";r=99;t=3600"));
+    assert_eq!(
+        h(&headers, "ratelimit-policy"),
+        Some("\"second\";q=3;w=1, \"hour\";q=100;w=3600")
+    );
+    assert_eq!(
+        h(&headers, "ratelimit"),
+        Some("\"second\";r=2;t=1, \"hour\";r=99;t=3600")
+    );
     get_(&client, addr, Some("carol")).await;
     get_(&client, addr, Some("carol")).await;
     let (status, headers) = get_(&client, addr, Some("carol")).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(h(&headers, "retry-after"), Some("1"));
-    assert!(h(&headers, "ratelimit").unwrap().starts_with("\"second\";r=0;t=1, \"hour\";r=97;"));
+    assert!(h(&headers, "ratelimit")
+        .unwrap()
+        .starts_with("\"second\";r=0;t=1, \"hour\";r=97;"));
     // Without a key: 400.
     assert_eq!(get_(&client, addr, None).await.0, StatusCode::BAD_REQUEST);
 }
@@ -217,7 +271,11 @@ async fn remembered_refusals_spare_round_trips() {
         }
     }
     let calls = info_count(&mut direct, "commandstats", "cmdstat_RL.SLIDE:calls=") - before;
-    assert_eq!((ok, calls), (2, 3), "2 allowed, 1 refusal asked, 17 answered locally");
+    assert_eq!(
+        (ok, calls),
+        (2, 3),
+        "2 allowed, 1 refusal asked, 17 answered locally"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -225,21 +283,29 @@ async fn fails_open_or_closed_as_told() {
     // A server without the module: every decision is an error.
     let plain = Server::without_module();
     let open = RateLimitLayer::new(rl(&plain).await, Limit::slide(1, 1000));
-    let closed = RateLimitLayer::new(rl(&plain).await, Limit::slide(1, 1000)).fail_mode(FailMode::Closed);
+    let closed =
+        RateLimitLayer::new(rl(&plain).await, Limit::slide(1, 1000)).fail_mode(FailMode::Closed);
     let (open, closed) = (serve(app(open)).await, serve(app(closed)).await);
     let client = http();
     for _ in 0..3 {
         let (status, headers) = get_(&client, open, None).await;
         assert_eq!(status, StatusCode::OK);
         assert!(headers.get("ratelimit").is_none());
-        assert_eq!(get_(&client, closed, None).await.0, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            get_(&client, closed, None).await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
     }
     // Redis gone.
     let server = Server::start();
     let open = RateLimitLayer::new(rl(&server).await, Limit::slide(1, 1000));
-    let closed = RateLimitLayer::new(rl(&server).await, Limit::slide(1, 1000)).fail_mode(FailMode::Closed);
+    let closed =
+        RateLimitLayer::new(rl(&server).await, Limit::slide(1, 1000)).fail_mode(FailMode::Closed);
     let (open, closed) = (serve(app(open)).await, serve(app(closed)).await);
     drop(server);
     assert_eq!(get_(&client, open, None).await.0, StatusCode::OK);
-    assert_eq!(get_(&client, closed, None).await.0, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        get_(&client, closed, None).await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
 }

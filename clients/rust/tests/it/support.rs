@@ -81,12 +81,19 @@ impl Server {
             let port = free_port();
             let dir = TempDir::new("server");
             let mut cmd = Command::new("redis-server");
-            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
-                .args(["--appendonly", "no", "--logfile", "redis.log"])
-                .arg("--dir")
-                .arg(&dir.0)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
+            cmd.args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .args(["--appendonly", "no", "--logfile", "redis.log"])
+            .arg("--dir")
+            .arg(&dir.0)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
             if with_module {
                 cmd.arg("--loadmodule").arg(module());
             }
@@ -165,7 +172,9 @@ impl Cluster {
             .unwrap_or(7)
             ^ std::process::id()) as u64;
         while ports.len() < 6 {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let p = 10000 + ((seed >> 33) % 12000) as u16;
             if !taken(p) && !taken(p + 10000) && !ports.contains(&p) {
                 ports.push(p);

@@ -14,6 +14,12 @@
 //! In Redis Cluster, `redis::cluster::ClusterConnection` routes a command it does not know by
 //! its first argument, which is the key of every RL.* command: nothing to do. RL.PEEK reaches a
 //! replica only when routed there by hand ([`peek_on_replica`]).
+//!
+//! For an application, the crate `redis-ratelimit-client` (`clients/rust`) packages all of this
+//! (every command typed, sync and async, the module check, the Lua fallback, cluster routing for
+//! RL.HIT and RL.ALL, and a tower layer for axum). This example stays standalone: the crate is on
+//! `redis` 1.x, the module's tests on 0.27, so making it a dev-dependency here would build a second
+//! `redis` crate into every `cargo test` of the module.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};

@@ -169,7 +169,7 @@ class Reply(unittest.TestCase):
         self.assertEqual((d.allowed, d.refused_by), (True, None))
         self.assertEqual([(p.limit, p.remaining) for p in d.parts], [(2, 1), (100, 70)])
         d = hit(self.r, name, "user:1", cost=80)
-        self.assertEqual((d.allowed, d.refused_by), (False, b"tpm"))
+        self.assertEqual((d.allowed, d.refused_by), (False, "tpm"))
         self.assertEqual(self.r.type(f"{name}|tpm|token|{{user:1}}"), b"ratelimit")
         self.r.execute_command("RL.POLICY", "DEL", name)
 
@@ -341,7 +341,7 @@ class Cluster(unittest.TestCase):
         got = [hit(self.rc, name, f"user:{i}", cost=10) for i in range(100)]
         self.assertTrue(all(d.allowed and d.parts[1].remaining == 990 for d in got))
         self.assertEqual(moved(self.nodes), before)
-        key = f"{name}:tpm:{{user:7}}"
+        key = f"{name}|tpm|token|{{user:7}}"
         self.assertEqual(self.rc.get_node_from_key(key).redis_connection.type(key), b"ratelimit")
         self.rc.execute_command("RL.POLICY", "DEL", name, target_nodes=self.rc.get_primaries())
 

@@ -11,9 +11,12 @@ For each strategy limits' redis storage and this one share (fixed-window, moving
 Traffic: CLIENTS addresses in turn, each over its limit by a sixth (LIMIT per minute,
 LIMIT * 7 / 6 requests each), so that allowed and refused requests mix. Round trips are
 the commands redis-py sends (counted in its connection; nothing here is pipelined, so one
-command is one round trip), per request, with each command's share; "server" is what the
-server ran (INFO commandstats), the commands a Lua script calls included. The rate is the
-median of ROUNDS runs, the configurations taking turns in each (the machine may be shared).
+command is one round trip), per request, with each command's share; what the server ran
+(INFO commandstats), the commands a Lua script calls included; and the server's time per
+request (commandstats' usec for the commands sent: a script's includes its calls'). The rate
+and the server's time are the medians of ROUNDS runs, the configurations taking turns in
+each (the machine may be shared). The rate is mostly Python's (Flask, limits, redis-py: some
+50 us of client CPU a command); the round trips are exact.
 
     clients/python/.venv/bin/python clients/python/bench.py            # starts its own server
     clients/python/.venv/bin/python clients/python/bench.py --url redis://127.0.0.1:6379
@@ -66,9 +69,15 @@ def stats(r: redis.Redis) -> Dict[str, int]:
     return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in r.info("commandstats").items()}
 
 
+def usec(r: redis.Redis) -> Dict[str, int]:
+    """Microseconds the server spent per command (a script's time includes its calls')."""
+    return {k.removeprefix("cmdstat_").upper(): int(v["usec"])
+            for k, v in r.info("commandstats").items()}
+
+
 def delta(before: Dict[str, int], after: Dict[str, int]) -> Dict[str, int]:
     out = {k.upper(): after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
-    out["INFO"] = out.get("INFO", 0) - 1  # the INFO that read `after`
+    out.pop("INFO", None)  # the measuring
     out.pop("CLIENT|SETINFO", None)  # a new connection's (the measuring client's)
     return {k: v for k, v in out.items() if v}
 
@@ -81,12 +90,16 @@ class Counts:
 
     def __enter__(self) -> "Counts":
         self.server_before = stats(self.r)
+        self.usec_before = usec(self.r)
         SENT.clear()
         return self
 
     def __exit__(self, *exc) -> None:
         self.sent = dict(SENT)
         self.server = delta(self.server_before, stats(self.r))
+        after = usec(self.r)
+        # The server's time for the commands sent (a script's includes what it calls).
+        self.server_usec = sum(after.get(k, 0) - self.usec_before.get(k, 0) for k in self.sent)
 
 
 def flask_app(storage_uri: str, strategy: str, prefix: str) -> Flask:
@@ -181,6 +194,7 @@ def main() -> int:
             for what in ("Flask-Limiter", "limits hit")
             for scheme in ("ratelimit", "redis")]
     rates: Dict[tuple, list] = {run: [] for run in runs}
+    server_us: Dict[tuple, list] = {run: [] for run in runs}
     last: Dict[tuple, tuple] = {}
     try:
         server = r.info("server")
@@ -193,13 +207,16 @@ def main() -> int:
                 go = run_flask if what == "Flask-Limiter" else run_direct
                 rate, counts, statuses = go(r, f"{scheme}://{address}", strategy)
                 rates[run].append(rate)
+                server_us[run].append(counts.server_usec / N)
                 last[run] = (counts, statuses)
-        print(f"{'':42} {'per s':>7} {'round trips':>11}  sent per request; [server]")
+        print(f"{'':42} {'per s':>7} {'server us':>9} {'round trips':>11}  "
+              "sent per request; [run by the server]")
         for run in runs:
             what, strategy, scheme = run
             counts, statuses = last[run]
             label = f"{what} {strategy} {scheme}://"
             print(f"{label:42} {statistics.median(rates[run]):7.0f} "
+                  f"{statistics.median(server_us[run]):9.1f} "
                   f"{sum(counts.sent.values()) / N:11.2f}  {share(counts.sent)}; "
                   f"[{share(counts.server)}]  (allowed {statuses.get(200, 0)}, "
                   f"refused {statuses.get(429, 0)})")

@@ -13,7 +13,7 @@ A spec's ``name`` names it in a policy (``RL.POLICY SET api minute SLIDE ...``) 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple, Union
+from typing import Any, List, Optional, Tuple, Union
 
 Word = Union[int, str]
 
@@ -50,7 +50,7 @@ class Spec:
         """The limiter as RL.ALL and RL.POLICY SET take it: kind, parameters, options."""
         return [self.KIND, *self.params(), *_cost(self.spec_cost)]
 
-    def args(self, key: str, cost: Optional[int] = None) -> List[Word]:
+    def args(self, key: Union[str, bytes], cost: Optional[int] = None) -> List[Any]:
         """The kind's own command on ``key``: ``cost`` when given, else the spec's own."""
         cost = self.spec_cost if cost is None else cost
         return [self.command, key, *self.params(), *_cost(cost)]
@@ -91,7 +91,8 @@ class Slide(Spec):
         object.__setattr__(self, "name", name)
 
     def params(self) -> List[Word]:
-        return [w for pair in self.pairs for w in pair]
+        words: List[Word] = [w for pair in self.pairs for w in pair]
+        return words
 
     def windows(self) -> List[Tuple[int, int]]:
         return list(self.pairs)
@@ -110,7 +111,8 @@ class Token(Spec):
     name: str = "default"
 
     def params(self) -> List[Word]:
-        return [self.limit, self.window_ms] + ([] if self.burst is None else ["BURST", self.burst])
+        words: List[Word] = [self.limit, self.window_ms]
+        return words + ([] if self.burst is None else ["BURST", self.burst])
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,8 @@ class Fixed(Spec):
     name: str = "default"
 
     def params(self) -> List[Word]:
-        return [self.limit, self.window_ms] + (["ALIGN"] if self.align else [])
+        words: List[Word] = [self.limit, self.window_ms]
+        return words + (["ALIGN"] if self.align else [])
 
 
 @dataclass(frozen=True)
@@ -247,4 +250,5 @@ def from_command(command: str, *params: Word, name: str = "default") -> Spec:
             raise ValueError(f"RL.SLIDE takes limit window_ms pairs: {params!r}")
         more = [(nums[j], nums[j + 1]) for j in range(2, len(nums), 2)]
         return Slide(nums[0], nums[1], *more, name=name, **opts)
-    return KINDS[kind](*nums, name=name, **opts)
+    cls: Any = KINDS[kind]
+    return cls(*nums, name=name, **opts)

@@ -56,14 +56,15 @@ def the_key(r, key_prefix: str) -> str:
 def check_headers(framework, headers, remaining, reset, received):
     """The headers each library writes from limits' window stats (``reset`` is the stats'
     reset time): Flask-Limiter ``int(reset + 1)``, SlowAPI ``1 + reset``; both a
-    Retry-After of the seconds until then."""
+    Retry-After of the seconds until then. (Within a second, or half of one: the request's
+    own time on a busy machine; test_limits.py checks the stats to the millisecond.)"""
     assert headers["X-RateLimit-Limit"] == str(LIMIT)
     assert headers["X-RateLimit-Remaining"] == str(remaining)
     if framework == "flask":
         assert abs(int(headers["X-RateLimit-Reset"]) - int(reset + 1)) <= 1
         expected_retry = int(int(reset + 1) - received)
     else:
-        assert abs(float(headers["X-RateLimit-Reset"]) - (reset + 1)) < 0.05
+        assert abs(float(headers["X-RateLimit-Reset"]) - (reset + 1)) < 0.5
         expected_retry = int(reset + 1 - received)
     # Both write Retry-After on every response, from the same reset.
     assert abs(int(headers["Retry-After"]) - expected_retry) <= 1

@@ -1,42 +1,62 @@
--- PLACEHOLDER for the canonical Lua twin of RL.FIXED (clients/lua/fixed.lua, written by the
--- Lua package's author); it follows the shared calling convention so that the clients can be
--- built and tested against it:
---   EVALSHA <sha> 1 key limit window_ms [ALIGN] [COST n] [NOW ms]
--- answering RL.FIXED's five integers: allowed, limit, remaining, retry_after_ms, reset_after_ms.
--- State: a hash with the window's count (c) and end (e), expiring at the end.
+-- PLACEHOLDER twin of RL.FIXED, written by the Python client's helper to the shared calling
+-- convention until the canonical clients/lua/fixed.lua lands (the lead replaces this file;
+-- the clients' copies are then refreshed, and their tests check they are byte-identical).
+--
+-- EVALSHA <sha> 1 key limit window_ms [ALIGN] [COST n] [NOW ms]
+-- Returns the five integers of RL.FIXED: allowed, limit, remaining, retry_after_ms,
+-- reset_after_ms. The count and the window's end live in a hash; the key expires at the end.
 local key = KEYS[1]
-local limit, window = tonumber(ARGV[1]), tonumber(ARGV[2])
+local function int(word, what, min, max)
+  local n = tonumber(word)
+  if not n or n ~= math.floor(n) or n < min or n > max then
+    error({err = 'ERR ' .. what .. ' must be an integer from ' .. min .. ' to ' .. max})
+  end
+  return n
+end
+local limit = int(ARGV[1], 'limit', 1, 4294967295)
+local window = int(ARGV[2], 'window_ms', 1, 2678400000)
 local align, cost, now = false, 1, nil
 local i = 3
-while ARGV[i] do
-  local w = string.upper(ARGV[i])
-  if w == 'ALIGN' then align = true; i = i + 1
-  elseif w == 'COST' then cost = tonumber(ARGV[i + 1]); i = i + 2
-  elseif w == 'NOW' then now = tonumber(ARGV[i + 1]); i = i + 2
-  else return redis.error_reply("ERR unknown option '" .. ARGV[i] .. "'") end
+while i <= #ARGV do
+  local word = string.upper(ARGV[i])
+  if word == 'ALIGN' then
+    align, i = true, i + 1
+  elseif word == 'COST' then
+    cost, i = int(ARGV[i + 1], 'COST', 0, 4294967295), i + 2
+  elseif word == 'NOW' then
+    now, i = int(ARGV[i + 1], 'NOW', 0, 9007199254740991), i + 2
+  else
+    return redis.error_reply("ERR unknown option '" .. ARGV[i] .. "'")
+  end
 end
 if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local count, stop = 0, nil
-local st = redis.call('HMGET', key, 'c', 'e')
-if st[1] and tonumber(st[2]) > now then
-  count, stop = tonumber(st[1]), tonumber(st[2])
+
+local state = redis.call('HMGET', key, 'count', 'end')
+local count, window_end = tonumber(state[1]), tonumber(state[2])
+if not count or not window_end or window_end <= now then
+  count, window_end = 0, nil
 end
+local reset = window_end and window_end - now or 0
 if cost > limit then
-  local reset = stop and (stop - now) or 0
-  return {0, limit, math.max(limit - count, 0), -1, reset}
-end
-if not stop then
-  if align then stop = now - (now % window) + window else stop = now + window end
-  if cost == 0 then return {1, limit, limit, 0, 0} end
+  return {0, limit, math.max(0, limit - count), -1, reset}
 end
 if count + cost > limit then
-  return {0, limit, math.max(limit - count, 0), stop - now, stop - now}
+  return {0, limit, math.max(0, limit - count), reset, reset}
 end
-if cost > 0 then
-  redis.call('HSET', key, 'c', count + cost, 'e', stop)
-  redis.call('PEXPIRE', key, stop - now)
+if cost == 0 then
+  return {1, limit, limit - count, 0, reset}
 end
-return {1, limit, limit - count - cost, 0, stop - now}
+if not window_end then
+  if align then
+    window_end = (math.floor(now / window) + 1) * window
+  else
+    window_end = now + window
+  end
+end
+count = count + cost
+redis.call('HSET', key, 'count', count, 'end', window_end)
+redis.call('PEXPIRE', key, window_end - now)
+return {1, limit, limit - count, 0, window_end - now}

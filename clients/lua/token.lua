@@ -1,37 +1,61 @@
--- PLACEHOLDER for the canonical Lua twin of RL.TOKEN (clients/lua/token.lua, written by the
--- Lua package's author); it follows the shared calling convention so that the clients can be
--- built and tested against it:
---   EVALSHA <sha> 1 key limit window_ms [BURST b] [COST n] [NOW ms]
--- answering RL.TOKEN's five integers. GCRA: the key holds the theoretical arrival time (ms).
+-- PLACEHOLDER twin of RL.TOKEN, written by the Python client's helper to the shared calling
+-- convention until the canonical clients/lua/token.lua lands (the lead replaces this file;
+-- the clients' copies are then refreshed, and their tests check they are byte-identical).
+--
+-- EVALSHA <sha> 1 key limit window_ms [BURST b] [COST n] [NOW ms]
+-- Returns the five integers of RL.TOKEN: allowed, limit (the bucket size), remaining,
+-- retry_after_ms, reset_after_ms. A GCRA: the key holds the theoretical arrival time in
+-- units of 1/limit ms (one token is window_ms units), so that whole rates stay exact.
 local key = KEYS[1]
-local limit, window = tonumber(ARGV[1]), tonumber(ARGV[2])
+local function int(word, what, min, max)
+  local n = tonumber(word)
+  if not n or n ~= math.floor(n) or n < min or n > max then
+    error({err = 'ERR ' .. what .. ' must be an integer from ' .. min .. ' to ' .. max})
+  end
+  return n
+end
+local limit = int(ARGV[1], 'limit', 1, 2147483647)
+local window = int(ARGV[2], 'window_ms', 1, 2678400000)
 local burst, cost, now = limit, 1, nil
 local i = 3
-while ARGV[i] do
-  local w = string.upper(ARGV[i])
-  if w == 'BURST' then burst = tonumber(ARGV[i + 1]); i = i + 2
-  elseif w == 'COST' then cost = tonumber(ARGV[i + 1]); i = i + 2
-  elseif w == 'NOW' then now = tonumber(ARGV[i + 1]); i = i + 2
-  else return redis.error_reply("ERR unknown option '" .. ARGV[i] .. "'") end
+while i <= #ARGV do
+  local word = string.upper(ARGV[i])
+  if word == 'BURST' then
+    burst, i = int(ARGV[i + 1], 'BURST', 1, 2147483647), i + 2
+  elseif word == 'COST' then
+    cost, i = int(ARGV[i + 1], 'COST', 0, 4294967295), i + 2
+  elseif word == 'NOW' then
+    now, i = int(ARGV[i + 1], 'NOW', 0, 9007199254740991), i + 2
+  else
+    return redis.error_reply("ERR unknown option '" .. ARGV[i] .. "'")
+  end
 end
 if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local interval = window / limit
-local tat = tonumber(redis.call('GET', key) or now)
-if tat < now then tat = now end
-local function whole(ms) return math.ceil(ms - 1e-9) end
-local held = tat - now
-local remaining = math.floor((burst * interval - held) / interval + 1e-9)
-if remaining < 0 then remaining = 0 end
-if cost > burst then return {0, burst, remaining, -1, whole(held)} end
-local new_tat = tat + cost * interval
-local allow_at = new_tat - burst * interval
-if allow_at > now then
-  return {0, burst, remaining, whole(allow_at - now), whole(held)}
+
+-- Times relative to `now`, in units of 1/limit ms. The key holds the TAT as "ms fraction"
+-- (the fraction in units, below limit), so that no number in a call passes 2^53.
+local function ceil_ms(units) return math.ceil(units / limit) end
+local capacity = burst * window
+local ahead = 0 -- how far the bucket's TAT is ahead of now, in units
+local stored = redis.call('GET', key)
+if stored then
+  local sep = string.find(stored, ' ', 1, true)
+  local tat_ms, tat_frac = tonumber(string.sub(stored, 1, sep - 1)), tonumber(string.sub(stored, sep + 1))
+  ahead = math.max(0, (tat_ms - now) * limit + tat_frac)
+end
+if cost > burst then
+  return {0, burst, math.floor((capacity - ahead) / window), -1, ceil_ms(ahead)}
+end
+local after = ahead + cost * window
+if after > capacity then
+  return {0, burst, math.floor((capacity - ahead) / window), ceil_ms(after - capacity), ceil_ms(ahead)}
 end
 if cost > 0 then
-  redis.call('SET', key, string.format('%.3f', new_tat), 'PX', whole(new_tat - now))
+  local value = string.format('%d %d', now + math.floor(after / limit), after % limit)
+  redis.call('SET', key, value, 'PX', math.max(1, ceil_ms(after)))
+  ahead = after
 end
-return {1, burst, math.floor((burst * interval - (new_tat - now)) / interval + 1e-9), 0, whole(new_tat - now)}
+return {1, burst, math.floor((capacity - ahead) / window), 0, ceil_ms(ahead)}

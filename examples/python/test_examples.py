@@ -169,7 +169,7 @@ class Reply(unittest.TestCase):
         self.assertEqual((d.allowed, d.refused_by), (True, None))
         self.assertEqual([(p.limit, p.remaining) for p in d.parts], [(2, 1), (100, 70)])
         d = hit(self.r, name, "user:1", cost=80)
-        self.assertEqual((d.allowed, d.refused_by), (False, b"tpm"))
+        self.assertEqual((d.allowed, d.refused_by), (False, "tpm"))
         self.assertEqual(self.r.type(f"{name}|tpm|token|{{user:1}}"), b"ratelimit")
         self.r.execute_command("RL.POLICY", "DEL", name)
 

@@ -65,13 +65,17 @@ class RateLimitClient {
     }
     this.send = driverFor(redis);
     this.fallback = fallback || null;
+    /** The mode once known ('module' or 'lua'), so that later calls do not wait for it. */
+    this.known = null;
   }
 
   /** 'module' when the module is loaded, 'lua' when the fallback stands in; else throws. */
   async mode() {
-    if (await moduleLoaded(this.send)) return 'module';
-    if (this.fallback === 'lua') return 'lua';
-    throw new ModuleNotLoadedError();
+    if (this.known) return this.known;
+    const loaded = await moduleLoaded(this.send);
+    if (!loaded && this.fallback !== 'lua') throw new ModuleNotLoadedError();
+    this.known = loaded ? 'module' : 'lua';
+    return this.known;
   }
 
   /**
@@ -80,7 +84,7 @@ class RateLimitClient {
    * the Lua twin under the fallback.
    */
   async command(words, { keyIndex = 1, keyCount = 1, readOnly = false } = {}) {
-    const mode = await this.mode();
+    const mode = this.known || (await this.mode());
     if (mode === 'module') return this.send(words, { keyIndex, keyCount, readOnly });
     const name = String(words[0]).toUpperCase();
     const twin = TWINS[name];

@@ -171,7 +171,7 @@ test('the Lua twins are routed by their key too (EVALSHA names it)', async () =>
   await both(async (rl, label) => {
     // The cluster has the module: stand the twins in for it, as a server without it would.
     const lua = new RateLimitClient(rl.send, { fallback: 'lua' });
-    lua.mode = async () => 'lua';
+    lua.known = 'lua';
     const before = await moved(direct);
     for (let i = 0; i < 60; i++) {
       const k = fresh(`lua:${label}`);

@@ -77,18 +77,42 @@ class RateLimiterModule extends RateLimiterStoreAbstract {
    */
   constructor(opts = {}) {
     super(opts);
+    if (opts.customIncrTtlLuaScript !== undefined) {
+      throw new TypeError("customIncrTtlLuaScript is RateLimiterRedis's own script: RateLimiterModule counts with RL.FIXED, no script");
+    }
     this.client = opts.storeClient;
-    this.rl = clientFor(opts.storeClient, { fallback: opts.fallback });
+    this._fallback = opts.fallback;
+    this._rl = null;
     this._rejectIfRedisNotReady = !!opts.rejectIfRedisNotReady;
     windowMs(this.msDuration, 'duration');
   }
 
-  /** Whether the client can take a command now (only asked with `rejectIfRedisNotReady`). */
-  _isRedisReady() {
+  /** The RateLimitClient over `storeClient`, made at the first call. */
+  get rl() {
+    if (!this._rl) this._rl = clientFor(this.client, { fallback: this._fallback });
+    return this._rl;
+  }
+
+  /**
+   * Whether the client can take a command for `rlKey` now, asked only with
+   * `rejectIfRedisNotReady`: the checks RateLimiterRedis makes.
+   */
+  _isRedisReady(rlKey, readOnly) {
     if (!this._rejectIfRedisNotReady) return true;
     const c = this.client;
-    if (typeof c.status === 'string') return c.status === 'ready'; // ioredis
-    if (typeof c.isReady === 'boolean') return c.isReady; // node-redis
+    if (c.status) return c.status === 'ready'; // ioredis
+    if (typeof c.isReady === 'function') return c.isReady(); // node-redis 3
+    if (typeof c.isReady === 'boolean') return c.isReady; // node-redis 4 and later
+    if (c._slots && typeof c._slots.getClient === 'function') {
+      // A node-redis cluster: open, and the key's node ready.
+      if (typeof c.isOpen === 'boolean' && !c.isOpen) return false;
+      try {
+        const node = c._slots.getClient(rlKey, readOnly);
+        return Boolean(node) && node.isReady === true;
+      } catch {
+        return false;
+      }
+    }
     return true;
   }
 
@@ -105,7 +129,7 @@ class RateLimiterModule extends RateLimiterStoreAbstract {
     } else if (!Number.isInteger(points)) {
       throw new Error('Consuming decimal number of points is not supported by this package');
     }
-    if (!this._isRedisReady()) throw new Error('Redis connection is not ready');
+    if (!this._isRedisReady(rlKey, false)) throw new Error('Redis connection is not ready');
     if (forceExpire) {
       const block = windowMs(msDuration, 'a block or set duration');
       await this.rl.moduleOnly('RL.FIXED in a script (block, set)');
@@ -119,7 +143,7 @@ class RateLimiterModule extends RateLimiterStoreAbstract {
 
   /** RL.PEEK: the key's window, or null when there is none (or it has ended). */
   async _get(rlKey) {
-    if (!this._isRedisReady()) throw new Error('Redis connection is not ready');
+    if (!this._isRedisReady(rlKey, true)) throw new Error('Redis connection is not ready');
     const d = await this.rl.peek(rlKey);
     if (d === null || (d.limit === d.remaining && d.resetAfterMs === 0)) return null;
     return d;

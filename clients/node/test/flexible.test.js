@@ -196,3 +196,15 @@ test('a duration the module cannot hold is refused at construction', () => {
   assert.throws(() => new RateLimiterModule({ storeClient: io, points: 1, duration: 0 }), /"never expires"/);
   assert.throws(() => new RateLimiterModule({ storeClient: io, points: 1, duration: 32 * 86400 }), RangeError);
 });
+
+test('rejectIfRedisNotReady, and RateLimiterRedis\'s own script refused', async () => {
+  for (const storeClient of [{ status: 'closed' }, { isReady: false }, { isOpen: false, _slots: { getClient: () => undefined } }]) {
+    const rl = new RateLimiterModule({ storeClient, points: 1, duration: 1, rejectIfRedisNotReady: true });
+    await assert.rejects(rl.consume('k'), /Redis connection is not ready/);
+    await assert.rejects(rl.get('k'), /Redis connection is not ready/);
+  }
+  assert.throws(
+    () => new RateLimiterModule({ storeClient: io, points: 1, duration: 1, customIncrTtlLuaScript: 'return 1' }),
+    /customIncrTtlLuaScript/,
+  );
+});

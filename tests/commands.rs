@@ -16,6 +16,11 @@ fn readme_first_call(server: Server) {
         rl(&mut c, "RL.SLIDE user:42 100 60000"),
         [1, 100, 99, 0, 60000]
     );
+    // The README's first call, with the window's unit.
+    assert_eq!(
+        rl(&mut c, "RL.SLIDE user:43 100 60s"),
+        [1, 100, 99, 0, 60000]
+    );
 }
 
 #[rstest]

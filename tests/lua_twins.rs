@@ -143,6 +143,22 @@ fn cost_near(rng: &mut Rng, most: u64) -> u64 {
     }
 }
 
+/// A window as a client may write it, chosen by `pick` (the limit: the same parameters
+/// always give the same words): in milliseconds, with the largest unit that divides it
+/// (`60s`, `1d`), or in `ms`, its case varied.
+fn duration(ms: u64, pick: u64) -> String {
+    let units: [(u64, &str); 4] = [(86_400_000, "d"), (3_600_000, "h"), (60_000, "m"), (1000, "s")];
+    match pick % 3 {
+        0 => ms.to_string(),
+        1 => match units.iter().find(|(per, _)| ms % per == 0) {
+            Some((per, unit)) if pick % 2 == 1 => format!("{}{unit}", ms / per),
+            Some((per, unit)) => format!("{}{}", ms / per, unit.to_uppercase()),
+            None => format!("{ms}ms"),
+        },
+        _ => format!("{ms}MS"),
+    }
+}
+
 struct FixedGen;
 
 impl Gen for FixedGen {
@@ -166,7 +182,7 @@ impl Gen for FixedGen {
     }
 
     fn words(&self, &(limit, window, align): &(u64, u64, bool)) -> Vec<String> {
-        let mut w = vec![limit.to_string(), window.to_string()];
+        let mut w = vec![limit.to_string(), duration(window, limit)];
         if align {
             w.push("ALIGN".into());
         }
@@ -199,7 +215,7 @@ impl Gen for TokenGen {
     }
 
     fn words(&self, &(limit, window, burst): &Self::Params) -> Vec<String> {
-        let mut w = vec![limit.to_string(), window.to_string()];
+        let mut w = vec![limit.to_string(), duration(window, limit)];
         if let Some(b) = burst {
             w.extend(["BURST".into(), b.to_string()]);
         }
@@ -261,7 +277,7 @@ impl Gen for SlideGen {
 
     fn words(&self, p: &Self::Params) -> Vec<String> {
         p.iter()
-            .flat_map(|(l, w)| [l.to_string(), w.to_string()])
+            .flat_map(|(l, w)| [l.to_string(), duration(*w, *l)])
             .collect()
     }
 
@@ -823,6 +839,15 @@ fn twins_answer_bad_input_with_the_module_errors() {
         "10 0",
         "10 2678400001",
         "10 abc",
+        "10 0s",
+        "10 32d",
+        "10 60sec",
+        "10 1w",
+        "10 1.5s",
+        "10 01s",
+        "10 -1s",
+        "10 s",
+        "10 99999999999999999999d",
         "10 1000 COST",
         "10 1000 COST -1",
         "10 1000 COST x",

@@ -8,7 +8,8 @@
 -- reset_after_ms}, the same integers for the same calls at the same NOW, and the same errors
 -- for bad input, word for word (ERR limit must be an integer from 1 to 2147483647, ERR
 -- unknown option 'X', ...). tests/lua_twins.rs runs random call sequences on both, call by
--- call.
+-- call. A window_ms is a duration as the module takes it: milliseconds, or an integer with a
+-- unit (250ms, 60s, 5m, 1h, 1d).
 --
 -- The bucket is the module's GCRA (src/core/gcra): time is counted in ticks of 1/limit ms, so
 -- one token is exactly window_ms ticks, and the state is the debt, how far in ticks the
@@ -89,6 +90,31 @@ local function range_error(name, min, max)
   return redis.error_reply('ERR ' .. name .. ' must be an integer from ' .. min .. ' to ' .. max)
 end
 
+-- A duration: an integer of milliseconds, or an integer with a unit (ms, s, m, h, d, in any
+-- case: 250ms, 60s, 5m, 1h, 1d), as the module reads one; nil when it is not one in
+-- 1..max_number.
+local UNITS = { ms = 1, s = 1000, m = 60000, h = 3600000, d = 86400000 }
+local function duration(word, max, max_number)
+  if word:find('%d$') then
+    return int(word, 1, max, max_number)
+  end
+  local digits, unit = word:match('^(%d+)(%a+)$')
+  local per = unit and UNITS[unit:lower()]
+  if not per or not (digits:find('^[1-9]%d*$') or digits == '0') or #digits > 20 then
+    return nil
+  end
+  local v = tonumber(digits) * per
+  if v < 1 or v > max_number then
+    return nil
+  end
+  return v
+end
+
+local function duration_error(name, min, max)
+  return redis.error_reply('ERR ' .. name .. ' must be a duration from ' .. min .. ' to ' .. max
+    .. ' ms: an integer of ms, or with a unit (250ms, 60s, 5m, 1h, 1d)')
+end
+
 -- The error for a word that is no option, quoting its first 64 characters as the module
 -- does: read as UTF-8, each invalid sequence replaced by U+FFFD (String::from_utf8_lossy).
 local function unknown_option(word)
@@ -156,9 +182,9 @@ local limit = int(ARGV[1], 1, '2147483647', 2147483647)
 if not limit then
   return range_error('limit', 1, '2147483647')
 end
-local window = int(ARGV[2], 1, '2678400000', 2678400000)
+local window = duration(ARGV[2], '2678400000', 2678400000)
 if not window then
-  return range_error('window_ms', 1, '2678400000')
+  return duration_error('window_ms', 1, '2678400000')
 end
 -- Options in any order, each at most once.
 local burst, cost, cost_word, now

@@ -147,10 +147,15 @@ fn cost_near(rng: &mut Rng, most: u64) -> u64 {
 /// always give the same words): in milliseconds, with the largest unit that divides it
 /// (`60s`, `1d`), or in `ms`, its case varied.
 fn duration(ms: u64, pick: u64) -> String {
-    let units: [(u64, &str); 4] = [(86_400_000, "d"), (3_600_000, "h"), (60_000, "m"), (1000, "s")];
+    let units: [(u64, &str); 4] = [
+        (86_400_000, "d"),
+        (3_600_000, "h"),
+        (60_000, "m"),
+        (1000, "s"),
+    ];
     match pick % 3 {
         0 => ms.to_string(),
-        1 => match units.iter().find(|(per, _)| ms % per == 0) {
+        1 => match units.iter().find(|(per, _)| ms.is_multiple_of(*per)) {
             Some((per, unit)) if pick % 2 == 1 => format!("{}{unit}", ms / per),
             Some((per, unit)) => format!("{}{}", ms / per, unit.to_uppercase()),
             None => format!("{ms}ms"),

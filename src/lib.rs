@@ -16,6 +16,11 @@
 //! replicas and the AOF never decide again; every state any command makes saves, loads and
 //! restores through its kind's one validating constructor.
 
+// Every `unsafe` is in `src/rm/` (the other modules forbid it), each block says why it is
+// sound, and an `unsafe fn` still marks the unsafe operations in its body.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod core;
 pub mod engine;
 mod registry;

@@ -25,6 +25,7 @@
 macro_rules! kinds {
     ($($module:ident :: $state:ident, $form:ident, $commands:tt;)+) => {
         /// Every kind of limiter: one unit each, which knows no Redis API.
+        #[forbid(unsafe_code)]
         pub mod kinds {
             $(pub mod $module;)+
         }

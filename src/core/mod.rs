@@ -11,6 +11,8 @@
 //!   and `CL.THROTTLE`), [`chunks`] (a log in bounded chunks), [`retention`] (windows used
 //!   before).
 
+#![forbid(unsafe_code)]
+
 pub mod args;
 pub mod chunks;
 pub mod codec;

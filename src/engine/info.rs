@@ -51,7 +51,7 @@ pub fn info(ctx: &InfoContext, for_crash_report: bool) {
     raw::add_info_field_unsigned_long_long(ctx.ctx, "param_sets", live);
     let slots = intern::SLOTS as u64;
     raw::add_info_field_unsigned_long_long(ctx.ctx, "param_slots", slots);
-    // Keys holding a value a load could not read (kept as they were, see `value`), and big
+    // Keys holding a value a load could not read (kept as they were, see `rm::storage::unreadable`), and big
     // values waiting for the module's freeing thread (see `freer`).
     raw::add_info_section(ctx.ctx, Some("keys"));
     let unreadable = storage::UNREADABLE.load(Relaxed);

@@ -6,8 +6,9 @@
 //!   call that may wait joins the key's waiters (`rm::block`).
 //! - [`rate`]: a rate limiter's command, made from its `Rate` and `Limit`.
 //! - [`generic`]: `RL.PEEK`, `RL.REFUND`, `RL.CHARGE` on whatever kind a key holds.
-//! - [`all`]: `RL.ALL`, one all-or-nothing decision across keys of any kinds; [`combine`],
-//!   the five fields such a call answers.
+//! - [`all`]: `RL.ALL`, one all-or-nothing decision across keys of any kinds, over
+//!   [`limiters`], the machinery it shares with `RL.HIT`; [`combine`], the five fields such
+//!   a call answers.
 //! - [`apply`]: `RL.APPLY` and `RL.RESTORE`, what replication and the AOF carry.
 //! - [`policy`]: `RL.POLICY SET/GET/DEL/LIST/HELP`, limits kept in the server, `RL.HIT`,
 //!   and `RL.TOP`, who is refused most;
@@ -32,6 +33,8 @@
 //! limiter's own span, and that absolute expiry is propagated after the change. An effect
 //! gets the expiry its state gives, on every server alike.
 
+#![forbid(unsafe_code)]
+
 pub mod all;
 pub mod apply;
 pub mod call;
@@ -39,6 +42,7 @@ pub mod combine;
 pub mod config;
 pub mod generic;
 pub mod info;
+pub mod limiters;
 pub mod policy;
 pub mod rate;
 pub mod top;
@@ -54,8 +58,8 @@ use crate::core::Millis;
 use crate::rm::api::{self, now_ms, Acl, Arg, Handler};
 use crate::rm::key::Key;
 
-pub use all::KindSpec;
 pub use generic::KindEntry;
+pub use limiters::KindSpec;
 
 /// The kinds and their commands, as the registry lists them.
 pub struct Catalog {
@@ -103,7 +107,7 @@ impl CommandEntry {
             info: C::INFO,
             effect_code: C::EFFECT_CODE,
             apply: call::apply::<C>,
-            spec: all::spec_of::<C>(),
+            spec: limiters::spec_of::<C>(),
             register: api::register::<call::Cmd<C>>,
         }
     }

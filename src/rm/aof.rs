@@ -5,7 +5,6 @@
 //! parent through a page they share.
 
 use std::os::raw::c_void;
-use std::panic::catch_unwind;
 
 use redis_module::{raw, Context};
 
@@ -55,7 +54,7 @@ unsafe extern "C" fn persistence(
         return;
     }
     let context = Context::new(ctx);
-    let run = std::panic::AssertUnwindSafe(|| match subevent {
+    let run = || match subevent {
         // Fired in the process that writes the AOF (the forked child).
         raw::REDISMODULE_SUBEVENT_PERSISTENCE_AOF_START
         | raw::REDISMODULE_SUBEVENT_PERSISTENCE_SYNC_AOF_START => {
@@ -91,10 +90,8 @@ unsafe extern "C" fn persistence(
             report::write(missing.len() as u64);
         }
         _ => {}
-    });
-    if catch_unwind(run).is_err() {
-        redis_module::logging::log_warning("ratelimit: internal error at an AOF rewrite");
-    }
+    };
+    super::guard::guard("an AOF rewrite", (), run);
 }
 
 unsafe extern "C" fn fork_child(
@@ -105,7 +102,7 @@ unsafe extern "C" fn fork_child(
 ) {
     if subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_DIED {
         // In the parent: what a rewriting child reported, if it did.
-        let _ = catch_unwind(report::read);
+        super::guard::guard("a child process's end", (), report::read);
     }
 }
 

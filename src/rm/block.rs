@@ -17,7 +17,6 @@
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
 use std::os::raw::c_int;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering::Relaxed};
 use std::sync::{LazyLock, Mutex, MutexGuard};
@@ -272,7 +271,9 @@ fn answer_waiter(ctx: &Context, waiter: Waiter, answer: Result<Reply, Error>) {
         answer: answer.map_err(|e| e.to_string()),
         counters: waiter.call.counters(),
     };
-    api::unblock(waiter.bc, Box::into_raw(Box::new(outcome)).cast());
+    // SAFETY: the waiter was taken out of every list (nothing unblocks it again), and its
+    // reply callback (`on_reply`) and free callback (`on_free`) take an `Outcome` box.
+    unsafe { api::unblock(waiter.bc, Box::into_raw(Box::new(outcome)).cast()) };
 }
 
 /// Makes the key's timer fire in `ms` (none: the key has no waiters left), dropping the
@@ -321,9 +322,7 @@ fn set_wake(ctx: &Context, key: &QueueKey, ms: Option<u64>) {
 /// Runs `f` with the callback's context, a panic logged instead of crashing the server.
 fn guarded(ctx: *mut raw::RedisModuleCtx, what: &str, f: impl FnOnce(&Context)) {
     let context = Context::new(ctx);
-    if catch_unwind(AssertUnwindSafe(|| f(&context))).is_err() {
-        context.log_warning(&format!("ratelimit: internal error in {what}"));
-    }
+    super::guard::guard(what, (), || f(&context));
 }
 
 /// A key's timer: its head waiter may be served now.
@@ -390,7 +389,10 @@ unsafe extern "C" fn on_disconnect(ctx: *mut raw::RedisModuleCtx, bc: api::Block
             if let Some(t) = waiter.deadline {
                 api::stop_timer(ctx, t);
             }
-            api::unblock(bc, std::ptr::null_mut());
+            // SAFETY: found in the lists and taken out of them: not answered before, and
+            // nothing unblocks it again; a null private data is what `on_free` expects of a
+            // client gone.
+            unsafe { api::unblock(bc, std::ptr::null_mut()) };
             set_wake(ctx, &key, Some(0));
         }
     });
@@ -402,7 +404,8 @@ unsafe extern "C" fn on_reply(
     _argv: *mut *mut raw::RedisModuleString,
     _argc: c_int,
 ) -> c_int {
-    let data = api::blocked_privdata(ctx).cast::<Outcome>();
+    // SAFETY: `ctx` is this reply callback's.
+    let data = unsafe { api::blocked_privdata(ctx) }.cast::<Outcome>();
     // SAFETY: what `answer_waiter` handed over; Redis frees it with `on_free` afterwards.
     let Some(outcome) = (unsafe { data.as_ref() }) else {
         return raw::REDISMODULE_OK as c_int;

@@ -6,10 +6,10 @@
 //! turned into the callback's failure value (a refused load, a skipped digest).
 
 use std::os::raw::{c_char, c_int, c_void};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use redis_module::{logging, native_types::RedisType, raw};
 
+use super::guard::guard;
 use super::storage;
 
 /// The encoding version Redis stores in RDB files next to each value. Version 1 is a single
@@ -159,16 +159,6 @@ unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when:
     })
 }
 
-/// Runs `f`, turning a panic into `fallback` and a log line.
-fn guard<T>(what: &str, fallback: T, f: impl FnOnce() -> T) -> T {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        logging::log_warning(format!(
-            "ratelimit: internal error in {what}; see the log above"
-        ));
-        fallback
-    })
-}
-
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guard("rdb_load", std::ptr::null_mut(), || {
         if encver != ENCVER {
@@ -184,11 +174,13 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
             // Loading a file (an RDB, an AOF's preamble, a full sync): the value is kept as
             // it is, so that one value this build cannot read does not fail the load of
             // every other key.
-            Err(e) if loading(rdb) => {
+            // SAFETY: `rdb` is the IO handle of this load callback.
+            Err(e) if unsafe { loading(rdb) } => {
                 logging::log_warning(format!(
                     "ratelimit: key '{}' holds a value this build cannot read ({}): kept as \
                      it is; commands on it answer an error until it is deleted",
-                    key_name(rdb),
+                    // SAFETY: as above.
+                    unsafe { key_name(rdb) },
                     e.0
                 ));
                 storage::unreadable_into_raw(bytes, e.0)
@@ -207,14 +199,22 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
 /// # Safety
 /// `rdb` must be the IO handle Redis passed to the load callback.
 unsafe fn loading(rdb: *mut raw::RedisModuleIO) -> bool {
-    let (Some(ctx_of), Some(flags)) = (
-        raw::RedisModule_GetContextFromIO,
-        raw::RedisModule_GetContextFlags,
-    ) else {
+    // SAFETY: reading API pointers the server filled in at load.
+    let api = unsafe {
+        (
+            raw::RedisModule_GetContextFromIO,
+            raw::RedisModule_GetContextFlags,
+        )
+    };
+    let (Some(ctx_of), Some(flags)) = api else {
         return false;
     };
-    let ctx = ctx_of(rdb);
-    !ctx.is_null() && flags(ctx) as u32 & raw::REDISMODULE_CTX_FLAGS_LOADING != 0
+    // SAFETY: `rdb` is a live IO handle (the caller's promise); the context it gives is
+    // valid for the callback.
+    unsafe {
+        let ctx = ctx_of(rdb);
+        !ctx.is_null() && flags(ctx) as u32 & raw::REDISMODULE_CTX_FLAGS_LOADING != 0
+    }
 }
 
 /// The name of the key being loaded, for the log (at most 128 characters).
@@ -222,22 +222,27 @@ unsafe fn loading(rdb: *mut raw::RedisModuleIO) -> bool {
 /// # Safety
 /// As for [`loading`].
 unsafe fn key_name(rdb: *mut raw::RedisModuleIO) -> String {
-    let Some(name_of) = raw::RedisModule_GetKeyNameFromIO else {
+    // SAFETY: reading an API pointer the server filled in at load.
+    let Some(name_of) = (unsafe { raw::RedisModule_GetKeyNameFromIO }) else {
         return String::from("?");
     };
-    let name = name_of(rdb);
+    // SAFETY: `rdb` is a live IO handle (the caller's promise).
+    let name = unsafe { name_of(rdb) };
     if name.is_null() {
         return String::from("?");
     }
-    let bytes = super::api::Arg::from_raw(name.cast_mut())
-        .as_bytes()
-        .to_vec();
-    String::from_utf8_lossy(&bytes).chars().take(128).collect()
+    // SAFETY: a key name Redis lends for the callback.
+    let name = unsafe { super::api::Arg::from_raw(name.cast_mut()) };
+    String::from_utf8_lossy(name.as_bytes())
+        .chars()
+        .take(128)
+        .collect()
 }
 
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     guard("rdb_save", (), || {
-        storage::with_encoding(value, &mut |bytes| raw::save_slice(rdb, bytes));
+        // SAFETY: Redis passes a live value of this type.
+        unsafe { storage::with_encoding(value, &mut |bytes| raw::save_slice(rdb, bytes)) };
     })
 }
 
@@ -247,7 +252,8 @@ unsafe extern "C" fn aof_rewrite(
     value: *mut c_void,
 ) {
     guard("aof_rewrite", (), || {
-        let Some(emit) = raw::RedisModule_EmitAOF else {
+        // SAFETY: reading an API pointer the server filled in at load.
+        let Some(emit) = (unsafe { raw::RedisModule_EmitAOF }) else {
             return;
         };
         // The aux data's commands, once, before the first key.
@@ -256,28 +262,35 @@ unsafe extern "C" fn aof_rewrite(
             emit_words(aof, &words);
         }
         // Redis writes the key's PEXPIREAT after this command.
-        storage::with_encoding(value, &mut |bytes| {
-            emit(
-                aof,
-                c"RL.RESTORE".as_ptr(),
-                c"sb".as_ptr(),
-                key,
-                bytes.as_ptr().cast::<c_char>(),
-                bytes.len(),
-            )
-        });
+        // SAFETY: Redis passes a live value of this type, its key and the AOF's IO handle;
+        // the format takes the key string and a buffer with its length.
+        unsafe {
+            storage::with_encoding(value, &mut |bytes| {
+                emit(
+                    aof,
+                    c"RL.RESTORE".as_ptr(),
+                    c"sb".as_ptr(),
+                    key,
+                    bytes.as_ptr().cast::<c_char>(),
+                    bytes.len(),
+                )
+            })
+        };
     })
 }
 
 /// Writes the command `words` (its name first) in the AOF being rewritten.
 fn emit_words(aof: *mut raw::RedisModuleIO, words: &[Vec<u8>]) {
-    let (Some((name, args)), Some(emit), Some(create), Some(free)) = (
-        words.split_first(),
-        // SAFETY: reading API pointers the server filled in at load.
-        unsafe { raw::RedisModule_EmitAOF },
-        unsafe { raw::RedisModule_CreateString },
-        unsafe { raw::RedisModule_FreeString },
-    ) else {
+    // SAFETY: reading API pointers the server filled in at load.
+    let api = unsafe {
+        (
+            raw::RedisModule_EmitAOF,
+            raw::RedisModule_CreateString,
+            raw::RedisModule_FreeString,
+        )
+    };
+    let (Some((name, args)), (Some(emit), Some(create), Some(free))) = (words.split_first(), api)
+    else {
         return;
     };
     let Ok(name) = std::ffi::CString::new(name.as_slice()) else {
@@ -306,22 +319,32 @@ fn emit_words(aof: *mut raw::RedisModuleIO, words: &[Vec<u8>]) {
 }
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
-    guard("mem_usage", 0, || storage::mem_usage(value.cast_mut()))
+    // SAFETY: Redis passes a live value of this type.
+    guard("mem_usage", 0, || unsafe {
+        storage::mem_usage(value.cast_mut())
+    })
 }
 
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     guard("digest", (), || {
-        let (Some(add), Some(end)) = (
-            raw::RedisModule_DigestAddStringBuffer,
-            raw::RedisModule_DigestEndSequence,
-        ) else {
+        // SAFETY: reading API pointers the server filled in at load.
+        let api = unsafe {
+            (
+                raw::RedisModule_DigestAddStringBuffer,
+                raw::RedisModule_DigestEndSequence,
+            )
+        };
+        let (Some(add), Some(end)) = api else {
             return;
         };
         // The encoding is canonical, so equal states digest equally on every server.
-        storage::with_encoding(value, &mut |bytes| {
-            add(md, bytes.as_ptr().cast(), bytes.len())
-        });
-        end(md);
+        // SAFETY: Redis passes a live value of this type and the digest it is building.
+        unsafe {
+            storage::with_encoding(value, &mut |bytes| {
+                add(md, bytes.as_ptr().cast(), bytes.len())
+            });
+            end(md);
+        }
     })
 }
 
@@ -329,7 +352,10 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
 /// thread when it can (UNLINK; DEL, expiry and eviction with the matching `lazyfree-lazy-*`
 /// option), so that deleting a log of millions of records does not stall the server.
 unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *const c_void) -> usize {
-    guard("free_effort", 1, || storage::allocations(value.cast_mut()))
+    // SAFETY: Redis passes a live value of this type.
+    guard("free_effort", 1, || unsafe {
+        storage::allocations(value.cast_mut())
+    })
 }
 
 /// May run in Redis's lazy-free thread, concurrently with commands: it only hands memory back
@@ -340,7 +366,8 @@ unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *cons
 /// (see `freer`), so that no `DEL` waits for it.
 unsafe extern "C" fn free(value: *mut c_void) {
     if !value.is_null() {
-        guard("free", (), || super::freer::free(value));
+        // SAFETY: Redis passes a value of this type it no longer holds.
+        guard("free", (), || unsafe { super::freer::free(value) });
     }
 }
 
@@ -349,10 +376,14 @@ unsafe extern "C" fn free(value: *mut c_void) {
 /// `block`).
 unsafe extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
     guard("unlink", (), || {
-        let (Some(name_of), Some(db_of)) = (
-            raw::RedisModule_GetKeyNameFromOptCtx,
-            raw::RedisModule_GetDbIdFromOptCtx,
-        ) else {
+        // SAFETY: reading API pointers the server filled in at load.
+        let api = unsafe {
+            (
+                raw::RedisModule_GetKeyNameFromOptCtx,
+                raw::RedisModule_GetDbIdFromOptCtx,
+            )
+        };
+        let (Some(name_of), Some(db_of)) = api else {
             return;
         };
         // SAFETY: `ctx` is the key's option context, valid during this callback.
@@ -360,7 +391,8 @@ unsafe extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const
         if name.is_null() {
             return;
         }
-        let name = super::api::Arg::from_raw(name.cast_mut());
+        // SAFETY: the key's name, lent for this callback.
+        let name = unsafe { super::api::Arg::from_raw(name.cast_mut()) };
         super::block::key_removed(db, name.as_bytes());
     })
 }
@@ -374,6 +406,7 @@ unsafe extern "C" fn copy(
         if value.is_null() {
             return std::ptr::null_mut();
         }
-        storage::copy(value.cast_mut())
+        // SAFETY: Redis passes a live value of this type.
+        unsafe { storage::copy(value.cast_mut()) }
     })
 }

@@ -113,8 +113,8 @@ pub unsafe fn free(raw: *mut c_void) {
     let on_main = MAIN
         .get()
         .is_some_and(|main| *main == thread::current().id());
-    // SAFETY: as the caller promises.
     if on_main
+        // SAFETY: as the caller promises.
         && unsafe { storage::allocations(raw) } > THRESHOLD
         && send(Job::Value(Owned(raw))).is_ok()
     {

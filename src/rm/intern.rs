@@ -1,6 +1,6 @@
 //! A process-wide table of parameter sets, each with a reference count, so that a key
-//! holds a 16-bit slot number instead of its parameters (see `value`'s compact form). Each
-//! set keeps a suffix beside it, bytes its user made of it once (`value`: the parameters'
+//! holds a 16-bit slot number instead of its parameters (see `storage`'s compact form). Each
+//! set keeps a suffix beside it, bytes its user made of it once (`storage`: the parameters'
 //! part of the encoding, which RDB save then copies and a load of keys sharing them
 //! compares instead of parsing).
 //!
@@ -53,7 +53,7 @@ impl Set {
 }
 
 /// Bytes a caller keeps with a set, given when a slot takes it and read back without the lock
-/// (a set's encoding, see `value`): at most [`SUFFIX`], kept as little-endian words.
+/// (a set's encoding, see `storage`): at most [`SUFFIX`], kept as little-endian words.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Suffix {
     len: usize,

@@ -252,7 +252,8 @@ impl Drop for Key<'_> {
 /// # Safety
 /// `key` must be a key of our type open for writing, `new` a value from `storage`.
 unsafe fn replace_value(key: *mut std::ffi::c_void, new: *mut std::ffi::c_void) -> bool {
-    let Some(replace) = raw::RedisModule_ModuleTypeReplaceValue else {
+    // SAFETY: reading an API pointer the server filled in at load.
+    let Some(replace) = (unsafe { raw::RedisModule_ModuleTypeReplaceValue }) else {
         return false;
     };
     let mut old = std::ptr::null_mut();

@@ -87,11 +87,9 @@ pub fn load_configs(ctx: &Context) -> bool {
 
 extern "C" fn info_callback(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: c_int) {
     if let Some(info) = INFO.get() {
-        let guarded =
-            std::panic::catch_unwind(|| info(&InfoContext::new(ctx), for_crash_report != 0));
-        if guarded.is_err() {
-            redis_module::logging::log_warning("ratelimit: internal error in INFO");
-        }
+        super::guard::guard("INFO", (), || {
+            info(&InfoContext::new(ctx), for_crash_report != 0)
+        });
     }
 }
 

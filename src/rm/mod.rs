@@ -10,17 +10,25 @@
 //! - [`datatype`]: the custom type's callbacks (RDB, AOF rewrite, digest, copy, free), and
 //!   [`freer`], which frees big values off the main thread; [`aof`], the aux data in AOF
 //!   rewrites without an RDB preamble;
-//! - [`block`]: calls that wait (`BLOCK`), with blocked clients and timers.
+//! - [`block`]: calls that wait (`BLOCK`), with blocked clients and timers;
+//! - [`guard`]: the one panic guard everything the server calls into goes through.
 
+pub mod acl;
 pub mod aof;
 pub mod api;
 pub mod arena;
+pub mod arg;
 pub mod block;
+pub mod blocked;
 pub mod cmdinfo;
 pub mod datatype;
+pub mod dispatch;
 pub mod freer;
+pub mod guard;
 pub mod intern;
 pub mod key;
 pub mod load;
+pub mod replicate;
+pub mod reply;
 pub mod server;
 pub mod storage;

@@ -4,7 +4,6 @@
 
 use std::ffi::CStr;
 use std::os::raw::c_void;
-use std::panic::catch_unwind;
 
 use redis_module::{raw, Context};
 
@@ -39,9 +38,7 @@ unsafe extern "C" fn loading(
             | raw::REDISMODULE_SUBEVENT_LOADING_REPL_START
     );
     if let (true, Some(f)) = (start, LOADING_START.get()) {
-        if catch_unwind(f).is_err() {
-            redis_module::logging::log_warning("ratelimit: internal error at the start of a load");
-        }
+        super::guard::guard("the start of a load", (), f);
     }
 }
 
@@ -211,4 +208,10 @@ pub fn aof_rdb_preamble(ctx: &Context) -> bool {
         ),
         _ => true,
     }
+}
+
+/// The server's clock in Unix milliseconds.
+pub fn now_ms() -> i64 {
+    // SAFETY: Milliseconds takes no arguments and exists on every supported server.
+    unsafe { raw::RedisModule_Milliseconds.map_or(0, |f| f()) }
 }

@@ -1,4 +1,4 @@
-//! `RL.ALL`'s decision (`engine::all::decide`, the code the server runs) on a store of
+//! `RL.ALL`'s decision (`engine::limiters::decide`, the code the server runs) on a store of
 //! states, against each key's own command: when every limiter allows, the call equals
 //! calling each one alone; when one refuses, nothing changes.
 
@@ -8,9 +8,9 @@ use super::State;
 use crate::core::error::Error;
 use crate::core::kind::{Change, Clock, Command, Mode, Reply};
 use crate::core::{Decision, Millis, MAX_TIMESTAMP};
-use crate::engine::all::{decide, limiter, Limiter, Slot};
 use crate::engine::call::Storable;
 use crate::engine::combine::combine;
+use crate::engine::limiters::{decide, limiter, Limiter, Slot};
 use crate::engine::rate::RateCommand;
 use crate::kinds::fixed::FixedWindow;
 use crate::kinds::leaky::Leaky;
@@ -375,7 +375,7 @@ fn parsed(line: &str) -> Result<Parsed, Error> {
     crate::install();
     let ctx = redis_module::Context::dummy();
     let words: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
-    let frames = crate::engine::all::Frames::new();
+    let frames = crate::engine::limiters::Frames::new();
     let (limiters, now) = crate::engine::all::parse(&ctx, &words, &frames)?;
     let each = limiters
         .iter()
@@ -403,8 +403,8 @@ fn all_splits_specs_by_kind() {
 
 #[rstest::rstest]
 #[case("RL.ALL", Error::Arity)]
-#[case("RL.ALL 0 a TOKEN 1 1", Error::Range { arg: "numkeys", min: 1, max: crate::engine::all::ALL_MAX_KEYS })]
-#[case("RL.ALL 17 a TOKEN 1 1", Error::Range { arg: "numkeys", min: 1, max: crate::engine::all::ALL_MAX_KEYS })]
+#[case("RL.ALL 0 a TOKEN 1 1", Error::Range { arg: "numkeys", min: 1, max: crate::engine::limiters::ALL_MAX_KEYS })]
+#[case("RL.ALL 17 a TOKEN 1 1", Error::Range { arg: "numkeys", min: 1, max: crate::engine::limiters::ALL_MAX_KEYS })]
 #[case("RL.ALL 3 a b", Error::Arity)]
 #[case("RL.ALL 2 a b TOKEN 1 1", Error::SpecCount { keys: 2, specs: 1 })]
 #[case("RL.ALL 1 a TOKEN 1 1 TOKEN 1 1", Error::SpecCount { keys: 1, specs: 2 })]

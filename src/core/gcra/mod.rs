@@ -113,7 +113,7 @@ impl Gcra {
     }
 
     /// A bucket with `p` as its parameters and `latest` and `debt` as they are, unchecked:
-    /// for the parts of a bucket that was valid (a key's compact form, see `value`);
+    /// for the parts of a bucket that was valid (a key's compact form, see `rm::storage`);
     /// [`Gcra::from_parts`] checks persisted ones.
     pub fn with_state(p: &Params, latest: Millis, debt: u64) -> Gcra {
         Gcra {

@@ -329,7 +329,7 @@ impl Handler for Help {
     }
 
     fn run(ctx: &Context, _args: &[Arg]) -> Result<Answer, Error> {
-        let kinds = crate::engine::all::keywords().join(", ");
+        let kinds = crate::engine::limiters::keywords().join(", ");
         ctx.reply(Ok(RedisValue::Array(
             HELP.iter()
                 .map(|l| RedisValue::SimpleString(l.replace("{kinds}", &kinds)))

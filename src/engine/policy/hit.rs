@@ -13,7 +13,7 @@ use crate::core::error::Error;
 use crate::core::kind::{Mode, Reply};
 use crate::core::meta::{self, ArgKind, Info, Keys, Stats};
 use crate::core::policy as def;
-use crate::engine::all::{self, Frames, OnKey};
+use crate::engine::limiters::{self as all, Frames, OnKey};
 use crate::engine::{clock, top};
 use crate::rm::api::{self, Answer, Arg, Count, Handler, OwnedString, ALL_INLINE};
 

@@ -11,7 +11,7 @@
 //! that every state it accepts loads back.
 //!
 //! Each limiter is parsed once, when the policy is set, and put in each hit's frames as a
-//! limiter of `RL.ALL`'s (see `all::Prepared`): a hit parses nothing but its own options.
+//! limiter of `RL.ALL`'s (see `limiters::Prepared`): a hit parses nothing but its own options.
 //! A policy set again holds from the next call: the keys keep their history, and each
 //! limiter's state is reshaped to the new parameters as its own command would (the way a
 //! client changing its numbers changes them); a limiter set as another kind starts on keys
@@ -31,7 +31,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 
-use super::all::{self, Prepared, ALL_MAX_KEYS};
+use super::limiters::{self as all, Prepared, ALL_MAX_KEYS};
 
 /// The most limiters a policy has: as many as `RL.ALL` takes keys.
 const MAX_LIMITERS: usize = ALL_MAX_KEYS as usize;

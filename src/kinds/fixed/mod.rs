@@ -110,7 +110,7 @@ impl FixedWindow {
 
     /// A window with `p` as its parameters (see [`FixedWindow::params`]) and `latest`,
     /// `end` and `count` as they are, unchecked: for the parts of a window that was valid (a
-    /// key's compact form, see `value`); [`FixedWindow::from_parts`] checks persisted ones.
+    /// key's compact form, see `rm::storage`); [`FixedWindow::from_parts`] checks persisted ones.
     pub fn with_state(p: &Params, latest: Millis, end: Millis, count: u32) -> FixedWindow {
         FixedWindow {
             latest,

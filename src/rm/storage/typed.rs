@@ -349,7 +349,7 @@ fn write_back<K: Stored + MaybeCompact + MaybeBlock>(
 pub(super) unsafe fn free_typed<K: Stored + MaybeCompact + MaybeBlock>(raw: Raw) {
     let tag = raw.addr() & TAGS;
     let at = raw.map_addr(|a| a & !TAGS);
-    // SAFETY (every arm): the tag says which allocation `into_raw` made, now ours.
+    // SAFETY: (every arm) the tag says which allocation `into_raw` made, now ours.
     unsafe {
         match (K::PLACE, tag) {
             (Place::Compact { .. }, COMPACT) => {

@@ -1,0 +1,78 @@
+//! Command arguments as Redis lends them ([`Arg`]), and strings the module makes and keeps
+//! ([`OwnedString`]).
+
+use std::os::raw::c_char;
+
+use redis_module::{raw, Context};
+
+/// A command argument exactly as the client sent it; valid for the whole command call.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub struct Arg(*mut raw::RedisModuleString);
+
+impl Arg {
+    /// A string Redis lends for the duration of a call (a keyspace event's key, say).
+    ///
+    /// # Safety
+    /// `s` must be a live string for as long as the `Arg` is used (its bytes are read
+    /// through it).
+    pub unsafe fn from_raw(s: *mut raw::RedisModuleString) -> Arg {
+        Arg(s)
+    }
+
+    pub fn raw(self) -> *mut raw::RedisModuleString {
+        self.0
+    }
+
+    /// The argument's bytes, as long as the call lasts.
+    #[inline(always)]
+    pub fn as_bytes(&self) -> &[u8] {
+        let mut len = 0usize;
+        // SAFETY: the string is one of the command's arguments, alive until the command
+        // returns, and StringPtrLen gives a pointer to its `len` bytes.
+        unsafe {
+            let Some(ptr_len) = raw::RedisModule_StringPtrLen else {
+                return &[];
+            };
+            let p = ptr_len(self.0, &mut len);
+            if p.is_null() {
+                return &[];
+            }
+            std::slice::from_raw_parts(p.cast::<u8>(), len)
+        }
+    }
+}
+
+// Blocking clients and timers, for a call that waits (`BLOCK`, see `engine::wait`).
+
+/// A string the module made (a key name kept by a timer), freed on drop.
+pub struct OwnedString {
+    ctx: *mut raw::RedisModuleCtx,
+    s: *mut raw::RedisModuleString,
+}
+
+impl OwnedString {
+    pub fn new(ctx: &Context, bytes: &[u8]) -> Option<OwnedString> {
+        // SAFETY: ctx is live; Redis copies the bytes.
+        let s = unsafe {
+            raw::RedisModule_CreateString?(ctx.ctx, bytes.as_ptr().cast::<c_char>(), bytes.len())
+        };
+        (!s.is_null()).then_some(OwnedString { ctx: ctx.ctx, s })
+    }
+
+    pub fn arg(&self) -> Arg {
+        Arg(self.s)
+    }
+}
+
+impl Drop for OwnedString {
+    fn drop(&mut self) {
+        // SAFETY: the string was made by CreateString with this context (which the module
+        // does not auto-free) and is freed once.
+        unsafe {
+            if let Some(free) = raw::RedisModule_FreeString {
+                free(self.ctx, self.s);
+            }
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! The one panic guard: everything the server calls into the module (a command, a data type
+//! callback, a server event, a timer, a blocked client's reply, `INFO`) runs through
+//! [`guard`], so that a bug becomes a log line and a failure value instead of a panic
+//! unwinding into C, which would abort the server.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// Runs `f`, the module's part of `what` (`RL.SLIDE`, `rdb_load`, ...): a panic is logged at
+/// warning level, naming `what`, and answered with `fallback`. Logging needs no context, so
+/// this holds on any thread (a free in the lazy-free thread).
+pub fn guard<T>(what: &str, fallback: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        redis_module::logging::log_warning(format!(
+            "ratelimit: internal error in {what}; see the log above"
+        ));
+        fallback
+    })
+}

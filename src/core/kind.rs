@@ -14,6 +14,7 @@
 //!
 //! A registry (`src/registry.rs`) lists the kinds, one line each; nothing else names them.
 
+use std::borrow::Borrow;
 use std::fmt::Debug;
 
 use super::args::Grammar;
@@ -37,24 +38,52 @@ pub enum Form {
     Compact,
 }
 
-/// A kind's state, as a key holds it.
-pub trait Kind: Clone + Debug + Sized + 'static {
+/// How a kind's state is written and read back: its encoding, with the one validating
+/// constructor every way into a key goes through, and what it holds on the heap.
+pub trait Encoding: Sized {
+    /// The encoding version this build writes for the kind.
+    const VERSION: u8;
+
+    /// Writes the canonical encoding after its version and kind bytes
+    /// ([`Encoding::VERSION`], [`Kind::CODE`]): the same state always gives the same bytes
+    /// (they are also the digest). Stops early once `out` is full.
+    fn encode<S: Sink>(&self, out: &mut S);
+
+    /// The one validating constructor: rebuilds a state from an encoding of `version`
+    /// (after its version and kind bytes), checking every invariant the commands keep, so
+    /// that a load, a `RESTORE` or an effect can build nothing a command could not.
+    fn decode(version: u8, r: &mut Reader) -> Result<Self, Malformed>;
+
+    /// Bytes the state holds on the heap besides `size_of::<Self>()`, each allocation
+    /// rounded to its size class (for `MEMORY USAGE`).
+    fn heap_size(&self) -> usize {
+        0
+    }
+
+    /// Heap allocations the state holds besides its own (what freeing it costs).
+    fn allocations(&self) -> usize {
+        0
+    }
+}
+
+/// A kind's state, as a key holds it: what the generic commands ask of any kind. A rate
+/// limiter gets it from its [`Rate`] and [`Limit`] (the blanket implementation below); a kind
+/// of another shape (leases) writes it.
+pub trait Kind: Encoding + Clone + Debug + 'static {
     /// The command that makes keys of this kind: what errors name it by (`WRONGTYPE key
     /// holds a RL.SLIDE limiter`).
     const COMMAND: &'static str;
     /// The kind's byte in the persisted encoding, after the version byte.
     const CODE: u8;
-    /// The encoding version this build writes for the kind.
-    const VERSION: u8;
     /// How a key keeps the state.
     const FORM: Form;
 
     /// The latest time the state has seen (a change propagates at this time).
-    fn latest(&self) -> Millis;
+    fn latest_time(&self) -> Millis;
 
     /// When the state is back to empty, what the key's expiry follows; `None` when it is
     /// empty already (the key goes).
-    fn empty_at(&self) -> Option<Millis>;
+    fn empty_time(&self) -> Option<Millis>;
 
     /// `RL.PEEK`: the answer to a call of no cost under the parameters last used.
     fn peek(&self, now: Millis) -> Decision;
@@ -79,24 +108,46 @@ pub trait Kind: Clone + Debug + Sized + 'static {
 
     /// Whether [`Kind::charge`] would record `units`, changing nothing.
     fn can_charge(&self, now: Millis, units: u64) -> Result<bool, Error>;
+}
 
-    /// Writes the canonical encoding after its version and kind bytes ([`Kind::VERSION`],
-    /// [`Kind::CODE`]): the same state always gives the same bytes (they are also the
-    /// digest). Stops early once `out` is full.
-    fn encode<S: Sink>(&self, out: &mut S);
+/// Every rate limiter is a kind: each generic command asks its algorithm ([`Limit`]) under
+/// the parameters it last recorded under ([`Limit::stored`]).
+impl<K: Rate> Kind for K {
+    const COMMAND: &'static str = <K as Rate>::COMMAND;
+    const CODE: u8 = <K as Rate>::CODE;
+    const FORM: Form = <K as Rate>::FORM;
 
-    /// The one validating constructor: rebuilds a state from an encoding of `version`
-    /// (after its version and kind bytes), checking every invariant the commands keep, so
-    /// that a load, a `RESTORE` or an effect can build nothing a command could not.
-    fn decode(version: u8, r: &mut Reader) -> Result<Self, Malformed>;
+    #[inline(always)]
+    fn latest_time(&self) -> Millis {
+        self.latest()
+    }
 
-    /// Bytes the state holds on the heap besides `size_of::<Self>()`, each allocation
-    /// rounded to its size class (for `MEMORY USAGE`).
-    fn heap_size(&self) -> usize;
+    #[inline(always)]
+    fn empty_time(&self) -> Option<Millis> {
+        self.empty_at()
+    }
 
-    /// Heap allocations the state holds besides its own (what freeing it costs).
-    fn allocations(&self) -> usize {
-        0
+    fn peek(&self, now: Millis) -> Decision {
+        self.peek_cost(now, 0)
+    }
+
+    fn peek_cost(&self, now: Millis, cost: u64) -> Decision {
+        let p = self.stored();
+        self.evaluate(now, p.borrow(), cost)
+    }
+
+    fn refund(&mut self, now: Millis, units: u64) -> Result<Decision, Error> {
+        Ok(self.give_back(now, units))
+    }
+
+    fn charge(&mut self, now: Millis, units: u64) -> Result<Option<Decision>, Error> {
+        let p = self.stored();
+        Ok(Limit::charge(self, now, p.borrow(), units))
+    }
+
+    fn can_charge(&self, now: Millis, units: u64) -> Result<bool, Error> {
+        let p = self.stored();
+        Ok(units == 0 || self.can_record(now, p.borrow(), units))
     }
 }
 
@@ -348,10 +399,17 @@ pub trait Command: 'static {
     }
 }
 
-/// A rate limiter: a kind whose algorithm is a [`Limit`] and whose one command is its
-/// grammar below. The generic layers make its command (`RL.TOKEN key ...`) and its place
-/// in `RL.ALL` from these.
-pub trait Rate: Kind + Limit {
+/// A rate limiter: its algorithm ([`Limit`]) and encoding ([`Encoding`]), its one command's
+/// grammar and effect, and what a key's generic commands need of it beyond the algorithm
+/// (the parameters it last recorded under, a refund). The generic layers make its [`Kind`],
+/// its command (`RL.TOKEN key ...`) and its place in `RL.ALL` from these.
+pub trait Rate: Limit + Encoding + Clone + Debug + 'static {
+    /// Its command's name (`RL.TOKEN`), what `WRONGTYPE` errors name its keys by.
+    const COMMAND: &'static str;
+    /// The kind's byte in the persisted encoding ([`Kind::CODE`]).
+    const CODE: u8;
+    /// How a key keeps the state ([`Kind::FORM`]).
+    const FORM: Form;
     /// Its command's metadata and counters.
     const INFO: &'static Info;
     /// Its keyword among `RL.ALL`'s limiters, and how far one runs (its grammar without

@@ -3,6 +3,8 @@
 //! together. The kinds implement it; the generic layers call nothing else of them to
 //! decide.
 
+use std::borrow::Borrow;
+
 use super::{Decision, Millis};
 
 /// What every limiter offers the command layer. `evaluate` decides without changing
@@ -11,6 +13,17 @@ use super::{Decision, Millis};
 pub trait Limit {
     /// The parameters of one call.
     type Params: ?Sized;
+
+    /// The parameters as the state keeps them ([`Limit::stored`]).
+    type Stored: Borrow<Self::Params>;
+
+    /// The parameters the state last recorded under: what `RL.PEEK`, `RL.REFUND` and
+    /// `RL.CHARGE` decide under.
+    fn stored(&self) -> Self::Stored;
+
+    /// Gives back up to `units`, newest first, never below empty, and answers as a call of
+    /// no cost under [`Limit::stored`] would (`RL.REFUND`).
+    fn give_back(&mut self, now: Millis, units: u64) -> Decision;
 
     /// The answer to `cost` units at `now` under `p`. Never changes the state.
     fn evaluate(&self, now: Millis, p: &Self::Params, cost: u64) -> Decision;

@@ -131,10 +131,10 @@ where
             return Ok((ran.reply, ran.wait));
         }
         Change::Held { before } => match held.as_deref() {
-            Some(state) => (state.latest(), state.empty_at(), *before),
+            Some(state) => (state.latest_time(), state.empty_time(), *before),
             None => return Err(Error::Internal(C::INFO.name)),
         },
-        Change::New(state) => (state.latest(), state.empty_at(), None),
+        Change::New(state) => (state.latest_time(), state.empty_time(), None),
     };
     // The key's own state goes back to it before the key changes further.
     drop(held);

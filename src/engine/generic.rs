@@ -92,7 +92,7 @@ fn entry(key: &Key) -> Result<Option<&'static KindEntry>, Error> {
 }
 
 fn empty_at_typed<K: Storable>(key: &mut Key) -> Result<Option<Millis>, Error> {
-    Ok(key.state::<K>()?.and_then(|state| state.empty_at()))
+    Ok(key.state::<K>()?.and_then(|state| state.empty_time()))
 }
 
 /// When the state the key holds is back to empty (`None`: empty, or a missing key).
@@ -108,7 +108,7 @@ fn peek<K: Storable>(key: &mut Key, clock: Clock, cost: u64) -> Result<Reply, Er
         return Ok(Reply::Nil);
     };
     let now = clock.caller;
-    let behind = state.latest().saturating_sub(now);
+    let behind = state.latest_time().saturating_sub(now);
     Ok(Reply::Decision(if cost > 0 {
         // What the kind's command would answer for COST n, its reset included.
         state.peek_cost(now, cost).seen_from_behind(behind)
@@ -116,7 +116,7 @@ fn peek<K: Storable>(key: &mut Key, clock: Clock, cost: u64) -> Result<Reply, Er
         state
             .peek(now)
             .seen_from_behind(behind)
-            .resetting_at(state.empty_at(), now)
+            .resetting_at(state.empty_time(), now)
     }))
 }
 
@@ -140,7 +140,7 @@ fn change<K: Storable>(
         state.refundable()?;
     }
     let now = clock.caller;
-    let behind = state.latest().saturating_sub(now);
+    let behind = state.latest_time().saturating_sub(now);
     if !charge && opts.cost == 0 {
         state.unchanged();
         return Ok(Reply::Decision(state.peek(now).seen_from_behind(behind)));
@@ -155,7 +155,7 @@ fn change<K: Storable>(
             Err(Error::DoesNotFit)
         };
     }
-    let before = state.empty_at();
+    let before = state.empty_time();
     let decision = if charge {
         match state.charge(now, opts.cost)? {
             Some(d) => d,
@@ -172,7 +172,7 @@ fn change<K: Storable>(
         return Ok(Reply::Decision(decision.seen_from_behind(behind)));
     }
     let decision = decision.seen_from_behind(behind);
-    let (at, empty_at) = (state.latest(), state.empty_at());
+    let (at, empty_at) = (state.latest_time(), state.empty_time());
     let decision = decision.resetting_at(empty_at, now);
     // Back to the key, which `settle` may delete.
     drop(state);

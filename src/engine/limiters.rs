@@ -276,7 +276,7 @@ where
             (None, Some(held)) => held,
             (None, None) => return Err(Error::Internal(C::INFO.name)),
         };
-        let latest = state.latest();
+        let latest = state.latest_time();
         self.behind = latest.saturating_sub(now);
         let d = C::evaluate(state, &self.call, now).seen_from_behind(self.behind);
         let unfit = match (d.allowed, C::cost(&self.call)) {
@@ -299,7 +299,7 @@ where
     fn commit(&mut self, slot: &mut S, now: Millis) -> Result<Committed, Error> {
         if let Some(mut new) = self.new.take() {
             let reply = C::commit(&mut new, &self.call, now).ok_or(Error::Internal("RL.ALL"))?;
-            let (latest, empty_at) = (new.latest(), new.empty_at());
+            let (latest, empty_at) = (new.latest_time(), new.empty_time());
             slot.set(new)?;
             return Ok(Committed {
                 reply,
@@ -309,13 +309,13 @@ where
             });
         }
         let mut held = slot.state::<C::Kind>()?.ok_or(Error::Internal("RL.ALL"))?;
-        let before = held.empty_at();
+        let before = held.empty_time();
         let reply = C::commit(&mut held, &self.call, now).ok_or(Error::Internal("RL.ALL"))?;
         Ok(Committed {
             reply,
             before,
-            latest: held.latest(),
-            empty_at: held.empty_at(),
+            latest: held.latest_time(),
+            empty_at: held.empty_time(),
         })
     }
 

@@ -7,7 +7,6 @@ use crate::core::args::Grammar;
 use crate::core::effect::Out;
 use crate::core::error::Error;
 use crate::core::kind::{Change, Clock, Command, Mode, Ran, Rate, RateCall, Reply};
-use crate::core::limit::Limit;
 use crate::core::meta::Info;
 use crate::core::{Decision, Millis};
 
@@ -67,7 +66,7 @@ impl<K: Rate> Command for RateCommand<K> {
             },
             None => (created.insert(K::fresh(&call.params)), false),
         };
-        let behind = Limit::latest(limiter).saturating_sub(clock.caller);
+        let behind = limiter.latest().saturating_sub(clock.caller);
         let now = clock.caller;
         let decision = limiter.evaluate(now, p, cost).seen_from_behind(behind);
         // Decided elsewhere: an effect, or a command of the older form (which always
@@ -83,17 +82,13 @@ impl<K: Rate> Command for RateCommand<K> {
             };
         }
         // Storing a new value drops the key's TTL, so it must be set again.
-        let before = if in_key {
-            Limit::empty_at(limiter)
-        } else {
-            None
-        };
+        let before = if in_key { limiter.empty_at() } else { None };
         if !limiter.record(now, p, cost) {
             // A record that does not fit changes nothing: refused as an error, never
             // answered as an allowed call that counts nothing.
             return Err(Error::DoesNotFit);
         }
-        let decision = decision.resetting_at(Limit::empty_at(limiter), clock.caller);
+        let decision = decision.resetting_at(limiter.empty_at(), clock.caller);
         let change = match created {
             Some(new) => Change::New(new),
             None => Change::Held { before },

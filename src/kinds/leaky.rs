@@ -15,7 +15,7 @@ use crate::core::codec::Reader;
 use crate::core::effect::Out;
 use crate::core::error::Error;
 use crate::core::gcra::{Gcra, Params, MAX_RATE_LIMIT, MAX_WINDOW_MS};
-use crate::core::kind::{Rate, RateCall};
+use crate::core::kind::{Form, Rate, RateCall};
 use crate::core::meta::{self, Info, Keys, Stats};
 
 /// A leaky bucket that schedules.
@@ -34,7 +34,7 @@ fn max_delay_default(window_ms: u64) -> u64 {
     window_ms
 }
 
-crate::core::gcra::bucket_kind!(Leaky, "RL.LEAKY", 3, true);
+crate::core::gcra::bucket_kind!(Leaky, true);
 
 static LEAKY_INFO: Info = Info {
     name: "RL.LEAKY",
@@ -59,6 +59,9 @@ static LEAKY_INFO: Info = Info {
 };
 
 impl Rate for Leaky {
+    const COMMAND: &'static str = "RL.LEAKY";
+    const CODE: u8 = 3;
+    const FORM: Form = Form::Compact;
     const INFO: &'static Info = &LEAKY_INFO;
     const EFFECT_CODE: u8 = 3;
     const SPEC: Option<(&'static str, args::Grammar)> = Some((
@@ -110,7 +113,7 @@ impl Rate for Leaky {
 mod tests {
     use super::*;
     use crate::core::args::words;
-    use crate::core::kind::Kind;
+    use crate::core::kind::Encoding;
     use crate::core::limit::{charge, fuzz};
     use crate::core::MAX_TIMESTAMP;
     use proptest::prelude::*;

@@ -12,7 +12,7 @@ use crate::core::codec::Reader;
 use crate::core::effect::Out;
 use crate::core::error::Error;
 use crate::core::gcra::{Gcra, Params, MAX_RATE_LIMIT, MAX_WINDOW_MS};
-use crate::core::kind::{Rate, RateCall};
+use crate::core::kind::{Form, Rate, RateCall};
 use crate::core::meta::{self, Info, Keys, Stats};
 
 /// A token bucket.
@@ -27,7 +27,7 @@ fn burst_default(limit: u64) -> u64 {
     limit
 }
 
-crate::core::gcra::bucket_kind!(Token, "RL.TOKEN", 2, false);
+crate::core::gcra::bucket_kind!(Token, false);
 
 static TOKEN_INFO: Info = Info {
     name: "RL.TOKEN",
@@ -51,6 +51,9 @@ static TOKEN_INFO: Info = Info {
 };
 
 impl Rate for Token {
+    const COMMAND: &'static str = "RL.TOKEN";
+    const CODE: u8 = 2;
+    const FORM: Form = Form::Compact;
     const INFO: &'static Info = &TOKEN_INFO;
     const EFFECT_CODE: u8 = 2;
     const SPEC: Option<(&'static str, args::Grammar)> = Some((
@@ -99,7 +102,7 @@ impl Rate for Token {
 mod tests {
     use super::*;
     use crate::core::args::words;
-    use crate::core::kind::{Compact, Kind};
+    use crate::core::kind::{Compact, Encoding};
     use crate::core::limit::charge::T0;
     use crate::core::limit::{fuzz, Limit};
     use crate::core::MAX_TIMESTAMP;

@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use super::fixtures::*;
 use crate::core::codec::put_varint;
 use crate::core::gcra::{Gcra, Params};
-use crate::core::kind::Kind;
+use crate::core::kind::{Encoding, Kind};
 use crate::core::limit::Limit;
 use crate::core::{Millis, MAX_TIMESTAMP};
 use crate::engine::call::Storable;
@@ -33,7 +33,7 @@ fn reads_the_committed_version_1_buckets() {
         max_delay_ms: 0,
     };
     let g = &token.0;
-    assert_eq!((g.params(), Limit::latest(g), g.debt()), (p, 1000, 4500));
+    assert_eq!((g.params(), g.latest(), g.debt()), (p, 1000, 4500));
     assert_eq!(encode(&token), TOKEN_V3);
     let leaky = decode(LEAKY_V1).unwrap();
     assert_eq!(leaky.code(), Leaky::CODE);
@@ -88,7 +88,7 @@ fn reads_the_committed_version_2_retentions() {
     let log: SlidingLog = decode_as(SLIDE_V2).unwrap();
     assert_eq!(log.retention(), [(10_000, T + 200)]);
     assert_eq!(log.records().count(), 4);
-    assert_eq!(Kind::empty_at(&log), Some(T + 10_200));
+    assert_eq!(Kind::empty_time(&log), Some(T + 10_200));
     assert_eq!(encode(&log), SLIDE_V3_RETAINED);
     let long = [Window {
         limit: 3,
@@ -101,7 +101,7 @@ fn reads_the_committed_version_2_retentions() {
     let w: SubWindow = decode_as(SUBWIN_V2).unwrap();
     assert_eq!(w.retention(), [(10_000, 999)]);
     assert_eq!(w.params().window_ms, 1000);
-    assert_eq!(Kind::empty_at(&w), Some(10_999));
+    assert_eq!(Kind::empty_time(&w), Some(10_999));
     assert_eq!(encode(&w), SUBWIN_V3_RETAINED);
     assert_eq!(
         TestKey::new(w.clone()).mem_usage(),
@@ -187,7 +187,7 @@ fn reads_the_committed_version_1_leases() {
     );
     assert_eq!(l.last_id(), (T0, 1));
     assert_eq!(Kind::peek(&l, T0 + 1000).as_reply(), [1, 5, 4, 0, 29_000]);
-    assert_eq!(Kind::empty_at(&l), Some(T0 + 30_000));
+    assert_eq!(Kind::empty_time(&l), Some(T0 + 30_000));
     assert_eq!(encode(&l), LEASE_V1);
     // Held in a box of its own (behind its kind's index: the header costs it no larger
     // size class, so the registry gives the own tags to other kinds).
@@ -317,7 +317,7 @@ fn version_3_is_canonical() {
     crate::install();
     // A fixed window that ended before its latest call.
     let past: FixedWindow = decode_as(FIXED_V3_PAST).unwrap();
-    assert_eq!((Kind::latest(&past), past.end()), (2500, 2000));
+    assert_eq!((Kind::latest_time(&past), past.end()), (2500, 2000));
     assert_eq!(encode(&past), FIXED_V3_PAST);
     // A leaky bucket's default delay is written 0, never as itself plus one.
     let leaky: Leaky = decode_as(LEAKY_V3_DEFAULT).unwrap();

@@ -11,7 +11,7 @@ use proptest::prelude::*;
 
 use crate::core::codec::{Malformed, Reader};
 use crate::core::error::Error;
-use crate::core::kind::Kind;
+use crate::core::kind::{Encoding, Kind};
 use crate::core::limit::Limit;
 use crate::core::{Decision, Millis};
 use crate::engine::call::Storable;
@@ -170,10 +170,10 @@ impl<K: Storable> AnyState for K {
         encode(self)
     }
     fn latest(&self) -> Millis {
-        Kind::latest(self)
+        Kind::latest_time(self)
     }
     fn empty_at(&self) -> Option<Millis> {
-        Kind::empty_at(self)
+        Kind::empty_time(self)
     }
     fn peek(&self, now: Millis) -> Decision {
         Kind::peek(self, now)

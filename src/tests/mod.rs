@@ -53,10 +53,10 @@ impl<K: Storable> State for K {
         out
     }
     fn empty_at(&self) -> Option<Millis> {
-        Kind::empty_at(self)
+        Kind::empty_time(self)
     }
     fn latest(&self) -> Millis {
-        Kind::latest(self)
+        Kind::latest_time(self)
     }
     fn charge(&mut self, now: Millis, units: u64) -> Result<Option<Decision>, Error> {
         Kind::charge(self, now, units)

@@ -257,7 +257,7 @@ where
         Change::Held { .. } => held?,
         Change::New(new) => new,
     };
-    let at = Kind::latest(&state);
+    let at = Kind::latest_time(&state);
     db.insert(key, Box::new(state));
     settle(db, key);
     Some(effect_of::<C>(&call, &ran.reply, at))
@@ -313,7 +313,7 @@ where
             None => C::fresh(&self.call),
         };
         let state = self.new.as_ref().or(held.as_ref()).ok_or(Error::Arity)?;
-        let behind = Kind::latest(state).saturating_sub(now);
+        let behind = Kind::latest_time(state).saturating_sub(now);
         let d = C::evaluate(state, &self.call, now).seen_from_behind(behind);
         let fits = match (d.allowed, C::cost(&self.call)) {
             (true, 1..) => C::fits(state, &self.call, now),
@@ -332,7 +332,7 @@ where
             None => typed::<C::Kind>(db, self.key)?.ok_or(Error::Arity)?,
         };
         let reply = C::commit(&mut state, &self.call, now).ok_or(Error::DoesNotFit)?;
-        let at = Kind::latest(&state);
+        let at = Kind::latest_time(&state);
         db.insert(self.key, Box::new(state));
         settle(db, self.key);
         Ok(effect_of::<C>(&self.call, &reply, at))

@@ -254,14 +254,14 @@ proptest! {
                 g.acquire(now, &p, cost)
             }
         };
-        let on_token = call(Kind::latest(&token));
+        let on_token = call(Kind::latest_time(&token));
         reads_back_as_it_was(token, 32, |t: &mut Token| on_token(&mut t.0))?;
-        let on_leaky = call(Kind::latest(&leaky));
+        let on_leaky = call(Kind::latest_time(&leaky));
         reads_back_as_it_was(leaky, 32, |t: &mut Leaky| on_leaky(&mut t.0))?;
         // Its box is behind its kind's index (the registry's own tags went to the others).
-        let on_throttle = call(Kind::latest(&throttle));
+        let on_throttle = call(Kind::latest_time(&throttle));
         reads_back_as_it_was(throttle, 48, |t: &mut Throttle| on_throttle(&mut t.0))?;
-        let now = Kind::latest(&window) + dt;
+        let now = Kind::latest_time(&window) + dt;
         reads_back_as_it_was(window, 32, |w: &mut FixedWindow| {
             let p = fixed::Params { limit, window_ms, align: cost == 3 };
             let p = if cost % 2 == 0 { w.params() } else { p };

@@ -184,6 +184,15 @@ impl Gcra {
 
 impl Limit for Gcra {
     type Params = Params;
+    type Stored = Params;
+
+    fn stored(&self) -> Params {
+        self.params()
+    }
+
+    fn give_back(&mut self, now: Millis, units: u64) -> Decision {
+        self.refund(now, units)
+    }
 
     /// When the bucket is back to empty if nothing else arrives; `None` when it already is.
     fn empty_at(&self) -> Option<Millis> {
@@ -343,14 +352,26 @@ pub mod encoding {
     }
 }
 
-/// Makes a bucket kind of a newtype `$kind(Gcra)` made by command `$command`, with encoding
-/// code `$code`: its `Limit`
-/// (the bucket's), its `Kind` (`$delays` for a kind whose buckets delay, see
-/// [`encoding`]) and its compact form. The kind's file adds its grammar (`Rate`).
+/// Makes a bucket kind of a newtype `$kind(Gcra)`: its `Limit` (the bucket's), its
+/// `Encoding` (`$delays` for a kind whose buckets delay, see [`encoding`]) and its compact
+/// form. The kind's file adds its grammar and identity (`Rate`).
 macro_rules! bucket_kind {
-    ($kind:ident, $command:expr, $code:expr, $delays:expr) => {
+    ($kind:ident, $delays:expr) => {
         impl $crate::core::limit::Limit for $kind {
             type Params = $crate::core::gcra::Params;
+            type Stored = $crate::core::gcra::Params;
+
+            fn stored(&self) -> Self::Params {
+                self.0.params()
+            }
+
+            fn give_back(
+                &mut self,
+                now: $crate::core::Millis,
+                units: u64,
+            ) -> $crate::core::Decision {
+                self.0.refund(now, units)
+            }
 
             #[inline(always)]
             fn evaluate(
@@ -382,60 +403,8 @@ macro_rules! bucket_kind {
             }
         }
 
-        impl $crate::core::kind::Kind for $kind {
-            const COMMAND: &'static str = $command;
-            const CODE: u8 = $code;
+        impl $crate::core::kind::Encoding for $kind {
             const VERSION: u8 = 3;
-            const FORM: $crate::core::kind::Form = $crate::core::kind::Form::Compact;
-
-            #[inline(always)]
-            fn latest(&self) -> $crate::core::Millis {
-                $crate::core::limit::Limit::latest(&self.0)
-            }
-
-            #[inline(always)]
-            fn empty_at(&self) -> Option<$crate::core::Millis> {
-                $crate::core::limit::Limit::empty_at(&self.0)
-            }
-
-            fn peek(&self, now: $crate::core::Millis) -> $crate::core::Decision {
-                self.0.peek(now)
-            }
-
-            fn peek_cost(&self, now: $crate::core::Millis, cost: u64) -> $crate::core::Decision {
-                $crate::core::limit::Limit::evaluate(&self.0, now, &self.0.params(), cost)
-            }
-
-            fn refund(
-                &mut self,
-                now: $crate::core::Millis,
-                units: u64,
-            ) -> Result<$crate::core::Decision, $crate::core::error::Error> {
-                Ok(self.0.refund(now, units))
-            }
-
-            fn charge(
-                &mut self,
-                now: $crate::core::Millis,
-                units: u64,
-            ) -> Result<Option<$crate::core::Decision>, $crate::core::error::Error> {
-                let p = self.0.params();
-                Ok($crate::core::limit::Limit::charge(
-                    &mut self.0,
-                    now,
-                    &p,
-                    units,
-                ))
-            }
-
-            fn can_charge(
-                &self,
-                now: $crate::core::Millis,
-                units: u64,
-            ) -> Result<bool, $crate::core::error::Error> {
-                let p = self.0.params();
-                Ok(units == 0 || $crate::core::limit::Limit::can_record(&self.0, now, &p, units))
-            }
 
             fn encode<S: $crate::core::codec::Sink>(&self, out: &mut S) {
                 $crate::core::gcra::encoding::encode_state(
@@ -451,10 +420,6 @@ macro_rules! bucket_kind {
                 r: &mut $crate::core::codec::Reader,
             ) -> Result<Self, $crate::core::codec::Malformed> {
                 $crate::core::gcra::encoding::decode(version, r, $delays).map($kind)
-            }
-
-            fn heap_size(&self) -> usize {
-                0
             }
         }
 

@@ -17,7 +17,7 @@ use crate::core::args::{self, positional, Opt, COST, NOW};
 use crate::core::codec::{Malformed, Reader, Sink};
 use crate::core::effect::Out;
 use crate::core::error::Error;
-use crate::core::kind::{Compact, Form, Kind, Params2, Rate, RateCall};
+use crate::core::kind::{Compact, Encoding, Form, Params2, Rate, RateCall};
 use crate::core::limit::Limit;
 use crate::core::meta::{self, Info, Keys, Stats};
 use crate::core::{Decision, Millis, Wait, MAX_TIMESTAMP};
@@ -210,6 +210,15 @@ impl FixedWindow {
 
 impl Limit for FixedWindow {
     type Params = Params;
+    type Stored = Params;
+
+    fn stored(&self) -> Params {
+        self.params()
+    }
+
+    fn give_back(&mut self, now: Millis, units: u64) -> Decision {
+        self.refund(now, units)
+    }
 
     fn evaluate(&self, now: Millis, p: &Params, cost: u64) -> Decision {
         let now = now.max(self.latest);
@@ -289,6 +298,9 @@ static FIXED_INFO: Info = Info {
 };
 
 impl Rate for FixedWindow {
+    const COMMAND: &'static str = "RL.FIXED";
+    const CODE: u8 = 4;
+    const FORM: Form = Form::Compact;
     const INFO: &'static Info = &FIXED_INFO;
     const SPEC: Option<(&'static str, args::Grammar)> = Some((
         "FIXED",
@@ -336,42 +348,8 @@ impl Rate for FixedWindow {
 /// relative to `latest` ([`zigzag`]); version 1, `latest end count limit window_ms align`.
 /// `window_ms` is the open window's length. The key keeps it compact: 16 bytes, the
 /// parameters interned, the tail `count << 32 | ahead32` (see [`ahead32`]).
-impl Kind for FixedWindow {
-    const COMMAND: &'static str = "RL.FIXED";
-    const CODE: u8 = 4;
+impl Encoding for FixedWindow {
     const VERSION: u8 = 3;
-    const FORM: Form = Form::Compact;
-
-    #[inline(always)]
-    fn latest(&self) -> Millis {
-        self.latest
-    }
-
-    #[inline(always)]
-    fn empty_at(&self) -> Option<Millis> {
-        Limit::empty_at(self)
-    }
-
-    fn peek(&self, now: Millis) -> Decision {
-        FixedWindow::peek(self, now)
-    }
-
-    fn peek_cost(&self, now: Millis, cost: u64) -> Decision {
-        self.evaluate(now, &self.params(), cost)
-    }
-
-    fn refund(&mut self, now: Millis, units: u64) -> Result<Decision, Error> {
-        Ok(FixedWindow::refund(self, now, units))
-    }
-
-    fn charge(&mut self, now: Millis, units: u64) -> Result<Option<Decision>, Error> {
-        let p = self.params();
-        Ok(Limit::charge(self, now, &p, units))
-    }
-
-    fn can_charge(&self, now: Millis, units: u64) -> Result<bool, Error> {
-        Ok(units == 0 || self.can_record(now, &self.params(), units))
-    }
 
     fn encode<S: Sink>(&self, out: &mut S) {
         let p = self.params();
@@ -402,10 +380,6 @@ impl Kind for FixedWindow {
             align,
         };
         FixedWindow::from_parts(p, latest, end, count).map_err(|e| Malformed(e.0))
-    }
-
-    fn heap_size(&self) -> usize {
-        0
     }
 }
 

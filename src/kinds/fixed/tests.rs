@@ -146,7 +146,7 @@ fn refund_and_time_going_backwards() {
     assert_eq!(w.acquire(T0, &params, 1).as_reply(), [1, 5, 1, 0, 1000]);
     assert_eq!(w.refund(T0 + 200, 2).as_reply(), [1, 5, 3, 0, 900]);
     assert_eq!(w.refund(T0 + 200, 9).as_reply(), [1, 5, 5, 0, 0]);
-    assert_eq!(Limit::empty_at(&w), None);
+    assert_eq!(w.empty_at(), None);
 }
 
 #[test]
@@ -269,7 +269,7 @@ proptest! {
             let d = w.acquire(at, params, cost);
             let (allowed, remaining, wait, reset) = naive.acquire(at, params, cost);
             prop_assert_eq!((d.allowed, d.remaining, d.retry_after, d.reset_after_ms), (allowed, remaining, wait, reset));
-            prop_assert_eq!(Limit::empty_at(&w), naive.end().filter(|&e| naive.count > 0 && e > naive.latest));
+            prop_assert_eq!(w.empty_at(), naive.end().filter(|&e| naive.count > 0 && e > naive.latest));
         }
     }
 }

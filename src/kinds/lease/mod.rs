@@ -37,7 +37,7 @@ use crate::core::args::{self, lossy, Opt, COST, NOW};
 use crate::core::codec::{Malformed, Reader, Sink};
 use crate::core::effect::{from_hex, Out};
 use crate::core::error::Error;
-use crate::core::kind::{Change, Clock, Command, Form, Kind, Mode, Ran, Reply};
+use crate::core::kind::{Change, Clock, Command, Form, Encoding, Kind, Mode, Ran, Reply};
 use crate::core::meta::{self, arg, option, Arg, ArgKind, Info, Keys, Stats};
 use crate::core::{Decision, Millis, Wait};
 
@@ -47,14 +47,13 @@ pub const BLOCK_MAX_MS: u64 = 365 * 24 * 3600 * 1000;
 impl Kind for Leases {
     const COMMAND: &'static str = "RL.ACQUIRE";
     const CODE: u8 = 6;
-    const VERSION: u8 = 1;
     const FORM: Form = Form::Boxed;
 
-    fn latest(&self) -> Millis {
+    fn latest_time(&self) -> Millis {
         Leases::latest(self)
     }
 
-    fn empty_at(&self) -> Option<Millis> {
+    fn empty_time(&self) -> Option<Millis> {
         Leases::empty_at(self)
     }
 
@@ -84,6 +83,10 @@ impl Kind for Leases {
     fn can_charge(&self, _now: Millis, _units: u64) -> Result<bool, Error> {
         Err(Error::LeaseCharge)
     }
+}
+
+impl Encoding for Leases {
+    const VERSION: u8 = 1;
 
     fn encode<S: Sink>(&self, out: &mut S) {
         let (last_ms, last_seq) = self.last_id();

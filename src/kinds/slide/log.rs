@@ -475,6 +475,15 @@ impl SlidingLog {
 /// Checks a request against every window at once and records it in all of them, or in none.
 impl Limit for SlidingLog {
     type Params = [Window];
+    type Stored = Windows;
+
+    fn stored(&self) -> Windows {
+        self.windows()
+    }
+
+    fn give_back(&mut self, now: Millis, units: u64) -> Decision {
+        self.refund(now, units)
+    }
 
     /// When the log will be empty if nothing else arrives: the newest record leaves the longest
     /// window of the current parameters. `None` when nothing is recorded.

@@ -37,11 +37,10 @@ use crate::core::args::{self, int, Opt, COST, NOW};
 use crate::core::codec::{Malformed, Reader, Sink};
 use crate::core::effect::Out;
 use crate::core::error::Error;
-use crate::core::kind::{Form, Kind, Rate, RateCall};
+use crate::core::kind::{Encoding, Form, Rate, RateCall};
 use crate::core::limit::Limit;
 use crate::core::meta::{self, Arg, ArgKind, Info, Keys, Stats};
 use crate::core::retention::MAX_KEPT;
-use crate::core::{Decision, Millis};
 
 /// Windows one call may check at once.
 pub const MAX_WINDOWS: usize = 8;
@@ -98,6 +97,12 @@ impl Windows {
     }
 }
 
+impl std::borrow::Borrow<[Window]> for Windows {
+    fn borrow(&self) -> &[Window] {
+        self
+    }
+}
+
 impl std::ops::Deref for Windows {
     type Target = [Window];
 
@@ -127,6 +132,9 @@ static SLIDE_INFO: Info = Info {
 };
 
 impl Rate for SlidingLog {
+    const COMMAND: &'static str = "RL.SLIDE";
+    const CODE: u8 = 1;
+    const FORM: Form = Form::Boxed;
     const INFO: &'static Info = &SLIDE_INFO;
     const SPEC: Option<(&'static str, args::Grammar)> = Some((
         "SLIDE",
@@ -141,6 +149,7 @@ impl Rate for SlidingLog {
     fn params(args: &Windows) -> &[Window] {
         args
     }
+
 
     fn parse(words: &[&[u8]]) -> Result<RateCall<Windows>, Error> {
         // The usual call, one window and no option, parsed without the general scan (any
@@ -222,45 +231,11 @@ const WINDOW_ARG: Arg = Arg {
 /// version 2 is version 1 with a retention of 1 to 3 entries after the windows (each kept
 /// window longer than the longest current one and at most 31 days, each last use at most
 /// `latest`).
-impl Kind for SlidingLog {
-    const COMMAND: &'static str = "RL.SLIDE";
-    const CODE: u8 = 1;
+impl Encoding for SlidingLog {
     const VERSION: u8 = 3;
-    const FORM: Form = Form::Boxed;
-
-    #[inline(always)]
-    fn latest(&self) -> Millis {
-        Limit::latest(self)
-    }
-
-    #[inline(always)]
-    fn empty_at(&self) -> Option<Millis> {
-        Limit::empty_at(self)
-    }
-
-    fn peek(&self, now: Millis) -> Decision {
-        SlidingLog::peek(self, now)
-    }
-
-    fn peek_cost(&self, now: Millis, cost: u64) -> Decision {
-        self.evaluate(now, &self.windows(), cost)
-    }
-
-    fn refund(&mut self, now: Millis, units: u64) -> Result<Decision, Error> {
-        Ok(SlidingLog::refund(self, now, units))
-    }
-
-    fn charge(&mut self, now: Millis, units: u64) -> Result<Option<Decision>, Error> {
-        let windows = self.windows();
-        Ok(Limit::charge(self, now, &windows, units))
-    }
-
-    fn can_charge(&self, now: Millis, units: u64) -> Result<bool, Error> {
-        Ok(units == 0 || self.can_record(now, &self.windows(), units))
-    }
 
     fn encode<S: Sink>(&self, out: &mut S) {
-        let latest = Limit::latest(self);
+        let latest = self.latest();
         out.varint(latest);
         let windows = self.windows();
         out.varint(windows.len() as u64);

@@ -7,6 +7,15 @@ use crate::core::{Decision, Millis, Wait};
 
 impl Limit for SubWindow {
     type Params = Params;
+    type Stored = Params;
+
+    fn stored(&self) -> Params {
+        self.params()
+    }
+
+    fn give_back(&mut self, now: Millis, units: u64) -> Decision {
+        self.refund(now, units)
+    }
 
     /// Counts `p`'s window only, whatever else the ring keeps.
     fn evaluate(&self, now: Millis, p: &Params, cost: u64) -> Decision {

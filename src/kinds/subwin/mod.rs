@@ -38,11 +38,10 @@ use crate::core::args::{self, positional, Opt, COST, NOW};
 use crate::core::codec::{Malformed, Reader, Sink};
 use crate::core::effect::Out;
 use crate::core::error::Error;
-use crate::core::kind::{Block, Form, Kind, Rate, RateCall};
+use crate::core::kind::{Block, Encoding, Form, Rate, RateCall};
 use crate::core::limit::Limit;
 use crate::core::meta::{self, arg, ArgKind, Info, Keys, Stats};
 use crate::core::retention::{Front, MAX_KEPT};
-use crate::core::{Decision, Millis};
 
 /// The largest limit. Counters are 32-bit and so is their total, which holds at most the
 /// window plus its trailing sub-interval: twice the limit.
@@ -103,6 +102,9 @@ static SUBWIN_INFO: Info = Info {
 };
 
 impl Rate for SubWindow {
+    const COMMAND: &'static str = "RL.SUBWIN";
+    const CODE: u8 = 5;
+    const FORM: Form = Form::Block;
     const INFO: &'static Info = &SUBWIN_INFO;
     const SPEC: Option<(&'static str, args::Grammar)> = Some((
         "SUBWIN",
@@ -168,46 +170,12 @@ impl Rate for SubWindow {
 /// kept window in sub-intervals (rounded up, at most 4096).
 ///
 /// A key points at the ring's block of words itself ([`Form::Block`]).
-impl Kind for SubWindow {
-    const COMMAND: &'static str = "RL.SUBWIN";
-    const CODE: u8 = 5;
+impl Encoding for SubWindow {
     const VERSION: u8 = 3;
-    const FORM: Form = Form::Block;
-
-    #[inline(always)]
-    fn latest(&self) -> Millis {
-        Limit::latest(self)
-    }
-
-    #[inline(always)]
-    fn empty_at(&self) -> Option<Millis> {
-        Limit::empty_at(self)
-    }
-
-    fn peek(&self, now: Millis) -> Decision {
-        SubWindow::peek(self, now)
-    }
-
-    fn peek_cost(&self, now: Millis, cost: u64) -> Decision {
-        self.evaluate(now, &self.params(), cost)
-    }
-
-    fn refund(&mut self, now: Millis, units: u64) -> Result<Decision, Error> {
-        Ok(SubWindow::refund(self, now, units))
-    }
-
-    fn charge(&mut self, now: Millis, units: u64) -> Result<Option<Decision>, Error> {
-        let p = self.params();
-        Ok(Limit::charge(self, now, &p, units))
-    }
-
-    fn can_charge(&self, now: Millis, units: u64) -> Result<bool, Error> {
-        Ok(units == 0 || self.can_record(now, &self.params(), units))
-    }
 
     fn encode<S: Sink>(&self, out: &mut S) {
         let p = self.params();
-        for v in [Limit::latest(self), p.limit, p.window_ms, p.resolution_ms] {
+        for v in [self.latest(), p.limit, p.window_ms, p.resolution_ms] {
             out.varint(v);
         }
         let retention = self.retention();

@@ -22,7 +22,7 @@ use crate::core::args::{self, positional, Opt, COST_MAX, NOW};
 use crate::core::effect::Out;
 use crate::core::error::Error;
 use crate::core::gcra::{Gcra, Params, MAX_RATE_LIMIT, MAX_WINDOW_MS};
-use crate::core::kind::{Rate, RateCall, Reply};
+use crate::core::kind::{Form, Rate, RateCall, Reply};
 use crate::core::meta::{self, arg, ArgKind, Info, Keys, Stats};
 use crate::core::{Decision, Wait};
 
@@ -35,7 +35,7 @@ pub const MAX_PERIOD_S: u64 = MAX_WINDOW_MS / 1000;
 
 const OPTIONS: [Opt; 1] = [NOW];
 
-crate::core::gcra::bucket_kind!(Throttle, "CL.THROTTLE", 7, false);
+crate::core::gcra::bucket_kind!(Throttle, false);
 
 static THROTTLE_INFO: Info = Info {
     name: "CL.THROTTLE",
@@ -84,6 +84,9 @@ pub fn reply_of(d: Decision) -> [i64; 5] {
 }
 
 impl Rate for Throttle {
+    const COMMAND: &'static str = "CL.THROTTLE";
+    const CODE: u8 = 7;
+    const FORM: Form = Form::Compact;
     const INFO: &'static Info = &THROTTLE_INFO;
     /// Among `RL.ALL`'s limiters and a policy's as `THROTTLE max_burst count_per_period
     /// period [quantity]`, answering the five fields every `RL.*` limiter answers there.

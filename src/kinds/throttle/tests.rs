@@ -5,7 +5,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::core::args::words;
 use crate::core::codec::Reader;
-use crate::core::kind::Kind;
+use crate::core::kind::{Encoding, Kind};
 use crate::core::limit::Limit;
 use crate::core::Millis;
 
@@ -67,9 +67,9 @@ fn throttle(state: &mut Option<Throttle>, line: &str, now: Millis) -> [i64; 5] {
     let mut d = limiter.evaluate(now, &p, call.cost);
     if d.allowed && call.cost > 0 {
         assert!(limiter.record(now, &p, call.cost));
-        d = d.resetting_at(Limit::empty_at(limiter), now);
+        d = d.resetting_at(limiter.empty_at(), now);
     }
-    if state.as_ref().is_some_and(|s| Kind::empty_at(s).is_none()) {
+    if state.as_ref().is_some_and(|s| Kind::empty_time(s).is_none()) {
         *state = None;
     }
     match Throttle::reply(d) {

@@ -6,7 +6,8 @@
 //! unit-tested without a server, and an effect's words (`RL.APPLY`) parse with it too.
 
 use super::error::Error;
-use super::{Millis, MAX_TIMESTAMP};
+use super::meta;
+use super::MAX_TIMESTAMP;
 
 /// The largest `COST`.
 pub const COST_MAX: u64 = i64::MAX as u64;
@@ -28,11 +29,13 @@ pub enum Takes {
     Word,
 }
 
-/// An option a command takes: its keyword and what follows it.
+/// An option a command takes: its keyword, what follows it, and its name in `COMMAND DOCS`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Opt {
     pub keyword: &'static str,
     pub takes: Takes,
+    /// What `COMMAND DOCS` calls it (`burst`, `max-delay-ms`): empty until [`Opt::doc`].
+    pub doc: &'static str,
 }
 
 impl Opt {
@@ -40,6 +43,7 @@ impl Opt {
         Opt {
             keyword,
             takes: Takes::Int { min, max },
+            doc: "",
         }
     }
 
@@ -47,6 +51,7 @@ impl Opt {
         Opt {
             keyword,
             takes: Takes::Duration { min, max },
+            doc: "",
         }
     }
 
@@ -54,6 +59,7 @@ impl Opt {
         Opt {
             keyword,
             takes: Takes::Flag,
+            doc: "",
         }
     }
 
@@ -61,6 +67,24 @@ impl Opt {
         Opt {
             keyword,
             takes: Takes::Word,
+            doc: "",
+        }
+    }
+
+    /// The option, named `doc` in `COMMAND DOCS`.
+    pub const fn doc(self, doc: &'static str) -> Opt {
+        Opt { doc, ..self }
+    }
+
+    /// What `COMMAND DOCS` shows for it: a flag, or a keyword and its value.
+    pub const fn doc_arg(&self) -> meta::Arg {
+        match self.takes {
+            Takes::Flag => meta::flag(self.doc, self.keyword),
+            Takes::Word => meta::Arg {
+                kind: meta::ArgKind::String,
+                ..meta::option(self.keyword, self.doc)
+            },
+            Takes::Int { .. } | Takes::Duration { .. } => meta::option(self.keyword, self.doc),
         }
     }
 
@@ -74,9 +98,55 @@ impl Opt {
 }
 
 /// `COST n`: the units a request weighs.
-pub const COST: Opt = Opt::int("COST", 0, COST_MAX);
+pub const COST: Opt = Opt::int("COST", 0, COST_MAX).doc("cost");
 /// `NOW ms`: the time to decide at instead of the server clock.
-pub const NOW: Opt = Opt::int("NOW", 0, MAX_TIMESTAMP);
+pub const NOW: Opt = Opt::int("NOW", 0, MAX_TIMESTAMP).doc("unix-time-milliseconds");
+
+/// A command's options as one table with a field each, read by name: the table
+/// (`TABLE`, without `NOW`) is what `RL.ALL`, policies and `COMMAND DOCS` read, and
+/// `parse` fills the fields from the words after the positional arguments, `NOW` included
+/// (every command takes it). Reordering the table changes no field's meaning.
+///
+/// ```ignore
+/// option_set! {
+///     /// `RL.TOKEN`'s options.
+///     pub struct TokenOptions { burst: BURST, cost: COST }
+/// }
+/// let o = TokenOptions::parse(words)?; // o.burst, o.cost, o.now: Option<Value>
+/// ```
+macro_rules! option_set {
+    ($(#[$meta:meta])* $vis:vis struct $name:ident { $($field:ident: $opt:expr),* $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        $vis struct $name<'a> {
+            $(pub $field: Option<$crate::core::args::Value<'a>>,)*
+            pub now: Option<$crate::core::args::Value<'a>>,
+        }
+
+        impl<'a> $name<'a> {
+            /// The options, as a limiter of `RL.ALL` or a policy takes them and `COMMAND
+            /// DOCS` lists them (`NOW`, the call's, is not one of them). (Unused by a
+            /// command that is no limiter of `RL.ALL`.)
+            #[allow(dead_code)]
+            pub const TABLE: &'static [$crate::core::args::Opt] = &[$($opt),*];
+
+            /// The options given among `words`, in any order, each at most once.
+            #[inline(always)]
+            pub fn parse(words: &[&'a [u8]]) -> Result<Self, $crate::core::error::Error> {
+                let [$($field,)* now] =
+                    $crate::core::args::options(words, &[$($opt,)* $crate::core::args::NOW])?;
+                Ok($name { $($field,)* now })
+            }
+
+            /// The call's `NOW`.
+            #[inline(always)]
+            pub fn now(&self) -> Option<$crate::core::Millis> {
+                self.now.map($crate::core::args::Value::int)
+            }
+        }
+    };
+}
+pub(crate) use option_set;
 
 /// An option's value as given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -257,15 +327,10 @@ pub fn int(word: &[u8], name: &'static str, min: u64, max: u64) -> Result<u64, E
     }
 }
 
-/// The cost and `NOW` among options parsed with a table holding [`COST`] at `cost` and
-/// [`NOW`] at `now`.
-pub fn cost_and_now<const N: usize>(
-    given: &Given<'_, N>,
-    cost: usize,
-    now: usize,
-) -> (u64, Option<Millis>) {
-    let get = |i: usize| given.get(i).copied().flatten().map(Value::int);
-    (get(cost).unwrap_or(COST_DEFAULT), get(now))
+/// The cost a [`COST`] option gives, [`COST_DEFAULT`] when none.
+#[inline(always)]
+pub fn cost(given: Option<Value<'_>>) -> u64 {
+    given.map_or(COST_DEFAULT, Value::int)
 }
 
 /// How a command's positional parameters run, for finding where one of `RL.ALL`'s
@@ -278,16 +343,37 @@ pub enum Positional {
     Numbers(usize),
 }
 
-/// A command's grammar after its key, as `RL.ALL` reads one of its limiters: positional
-/// numbers, then the options the command knows (`NOW`, which is the call's, is not one of
-/// them).
+/// A rate limiter's grammar after its key, the one description its parser, `RL.ALL`, a
+/// policy's limiters, `COMMAND DOCS` and its effect's words follow: positional numbers,
+/// then the options the command knows (`NOW`, which is the call's, is not one of them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Grammar {
     pub positional: Positional,
+    /// The positional arguments, as `COMMAND DOCS` shows them.
+    pub params: &'static [meta::Arg],
+    /// The options (an [`option_set!`] table).
     pub options: &'static [Opt],
 }
 
 impl Grammar {
+    /// The command's `COMMAND DOCS` arguments: the key, the positional arguments, the
+    /// options, then `NOW`.
+    pub fn doc_args(&self) -> Vec<meta::Arg> {
+        let options = self.options.iter().map(Opt::doc_arg);
+        [meta::KEY]
+            .into_iter()
+            .chain(self.params.iter().copied())
+            .chain(options)
+            .chain([meta::NOW])
+            .collect()
+    }
+
+    /// The same arguments as one of `RL.ALL`'s limiters takes them (no key, no `NOW`).
+    pub fn limiter_args(&self) -> Vec<meta::Arg> {
+        let options = self.options.iter().map(Opt::doc_arg);
+        self.params.iter().copied().chain(options).collect()
+    }
+
     /// How many of `words` one limiter of this grammar takes: its positional words (up to
     /// the first word that is not a number, as in `RL.SLIDE`, a bad number left for the
     /// command's parser to name), then the options it knows.
@@ -362,8 +448,8 @@ mod tests {
                 Some(Value::Word(b"x"))
             ]
         );
-        assert_eq!(cost_and_now(&got, 0, 1), (2, Some(5)));
-        assert_eq!(cost_and_now(&[None; 4], 0, 1), (1, None));
+        assert_eq!((cost(got[0]), got[1].map(Value::int)), (2, Some(5)));
+        assert_eq!(cost(None), 1);
         for (line, want) in [
             ("COST 1 COST 2", Error::RepeatedOption("COST")),
             ("ALIGN ALIGN", Error::RepeatedOption("ALIGN")),
@@ -397,6 +483,7 @@ mod tests {
         const OPTIONS: [Opt; 3] = [COST, Opt::flag("ALIGN"), Opt::word("ID")];
         let g = Grammar {
             positional: Positional::Numbers(2),
+            params: &[meta::LIMIT, meta::WINDOW_MS],
             options: &OPTIONS,
         };
         assert_eq!(g.extent(&words("5 1000 ALIGN COST 2 TOKEN 1 1")), 5);
@@ -405,9 +492,40 @@ mod tests {
         assert_eq!(g.extent(&words("5 1000 COST")), 3);
         let pairs = Grammar {
             positional: Positional::Pairs,
+            params: &[],
             options: &TABLE[..1],
         };
         assert_eq!(pairs.extent(&words("1 2 3 4 5 6 COST 1 ALIGN")), 8);
+    }
+
+    option_set! {
+        /// A table in one order...
+        struct Ab { a: Opt::int("A", 0, 9), b: Opt::flag("B") }
+    }
+
+    option_set! {
+        /// ... and in the other: the fields keep their meanings.
+        struct Ba { b: Opt::flag("B"), a: Opt::int("A", 0, 9) }
+    }
+
+    #[test]
+    fn options_are_read_by_name() {
+        let ab = Ab::parse(&words("B NOW 5 A 3")).unwrap();
+        let ba = Ba::parse(&words("B NOW 5 A 3")).unwrap();
+        assert_eq!(
+            (ab.a, ab.b, ab.now()),
+            (Some(Value::Int(3)), Some(Value::Flag), Some(5))
+        );
+        assert_eq!((ba.a, ba.b, ba.now()), (ab.a, ab.b, ab.now()));
+        assert_eq!(Ab::TABLE.len(), 2);
+        // COMMAND DOCS: the key, the positional arguments, the options, NOW.
+        let g = Grammar {
+            positional: Positional::Numbers(1),
+            params: &[meta::LIMIT],
+            options: Ab::TABLE,
+        };
+        let names: Vec<_> = g.doc_args().iter().map(|a| a.name).collect();
+        assert_eq!(names, ["key", "limit", "", "", "unix-time-milliseconds"]);
     }
 
     #[test]

@@ -287,6 +287,11 @@ pub trait Command: 'static {
     const INFO: &'static Info;
     /// Its keyword among `RL.ALL`'s limiters, if it may be one, and how far one runs.
     const SPEC: Option<(&'static str, Grammar)> = None;
+
+    /// Its `COMMAND DOCS` arguments: its metadata's, unless its grammar gives them.
+    fn doc_args() -> Vec<super::meta::Arg> {
+        Self::INFO.args.to_vec()
+    }
     /// A parsed call. Owned or borrowing the arguments (`'a`).
     type Call<'a>: Clone + Debug;
 
@@ -410,11 +415,14 @@ pub trait Rate: Limit + Encoding + Clone + Debug + 'static {
     const CODE: u8;
     /// How a key keeps the state ([`Kind::FORM`]).
     const FORM: Form;
-    /// Its command's metadata and counters.
+    /// Its command's metadata and counters (its `COMMAND DOCS` arguments come from
+    /// [`Rate::GRAMMAR`]).
     const INFO: &'static Info;
-    /// Its keyword among `RL.ALL`'s limiters, and how far one runs (its grammar without
-    /// `NOW`), if it may be one.
-    const SPEC: Option<(&'static str, Grammar)>;
+    /// Its grammar after the key: what its parser, `RL.ALL`, policies, `COMMAND DOCS` and
+    /// its effect follow.
+    const GRAMMAR: Grammar;
+    /// Its keyword among `RL.ALL`'s limiters, if it may be one.
+    const KEYWORD: Option<&'static str>;
     /// Its effect's compact code (see `core::effect`), 0 for a textual effect.
     const EFFECT_CODE: u8;
 
@@ -450,7 +458,7 @@ pub trait Rate: Limit + Encoding + Clone + Debug + 'static {
     /// Whether a limiter's words (after its keyword) give its cost (see
     /// [`Command::fixes_cost`]).
     fn fixes_cost(words: &[&[u8]]) -> bool {
-        Self::SPEC.is_some_and(|(_, grammar)| grammar.gives(words, "COST"))
+        Self::GRAMMAR.gives(words, "COST")
     }
 
     /// The reply's five fields for a decision (the shape every `RL.*` command answers).

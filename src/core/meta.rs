@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// What `COMMAND DOCS` shows for one argument.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Arg {
     pub name: &'static str,
     pub kind: ArgKind,

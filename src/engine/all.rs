@@ -179,13 +179,12 @@ impl Handler for All {
                 .commands()
                 .filter_map(|c| {
                     let spec = c.spec.as_ref()?;
-                    let sub: Vec<MetaArg> = c
-                        .info
-                        .args
-                        .iter()
-                        .filter(|a| a.kind != ArgKind::Key)
-                        .filter(|a| !matches!(a.token, Some("NOW" | "BLOCK")))
-                        .copied()
+                    // The limiter's grammar, but BLOCK (no limiter of RL.ALL waits).
+                    let sub: Vec<MetaArg> = spec
+                        .grammar
+                        .limiter_args()
+                        .into_iter()
+                        .filter(|a| a.token != Some("BLOCK"))
                         .collect();
                     // Made once, at load, and kept for the module's life.
                     let name: &'static str =

@@ -36,6 +36,10 @@ where
         Some(&C::INFO.stats)
     }
 
+    fn args() -> Vec<crate::core::meta::Arg> {
+        C::doc_args()
+    }
+
     fn run(ctx: &Context, args: &[Arg]) -> Result<Answer, Error> {
         let name = super::key_arg(args)?;
         let mut words: SmallVec<[&[u8]; MAX_WORDS]> = SmallVec::new();

@@ -16,7 +16,10 @@ pub struct RateCommand<K>(PhantomData<K>);
 impl<K: Rate> Command for RateCommand<K> {
     type Kind = K;
     const INFO: &'static Info = K::INFO;
-    const SPEC: Option<(&'static str, Grammar)> = K::SPEC;
+    const SPEC: Option<(&'static str, Grammar)> = match K::KEYWORD {
+        Some(keyword) => Some((keyword, K::GRAMMAR)),
+        None => None,
+    };
     const EFFECT_CODE: u8 = K::EFFECT_CODE;
     const ALONE: bool = <K as Rate>::ALONE;
     type Call<'a> = RateCall<K::Args>;
@@ -45,6 +48,10 @@ impl<K: Rate> Command for RateCommand<K> {
 
     fn fixes_cost(words: &[&[u8]]) -> bool {
         K::fixes_cost(words)
+    }
+
+    fn doc_args() -> Vec<crate::core::meta::Arg> {
+        K::GRAMMAR.doc_args()
     }
 
     /// Decides at one time and records when allowed (an effect records whatever it is

@@ -9,7 +9,7 @@
 //! limit window_ms burst max_delay_ms`. The key keeps it compact: 16 bytes, the parameters
 //! interned.
 
-use crate::core::args::{self, positional, Opt, COST, NOW};
+use crate::core::args::{self, positional, Opt, COST};
 #[cfg(test)]
 use crate::core::codec::Reader;
 use crate::core::effect::Out;
@@ -22,9 +22,13 @@ use crate::core::meta::{self, Info, Keys, Stats};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Leaky(pub Gcra);
 
-const MAXDELAY: Opt = Opt::duration("MAXDELAY", 0, MAX_WINDOW_MS);
-const BURST: Opt = Opt::int("BURST", 1, MAX_RATE_LIMIT);
-const OPTIONS: [Opt; 4] = [MAXDELAY, BURST, COST, NOW];
+const MAXDELAY: Opt = Opt::duration("MAXDELAY", 0, MAX_WINDOW_MS).doc("max-delay-ms");
+const BURST: Opt = Opt::int("BURST", 1, MAX_RATE_LIMIT).doc("burst");
+
+args::option_set! {
+    /// `RL.LEAKY`'s options after its two numbers.
+    struct Options { max_delay: MAXDELAY, burst: BURST, cost: COST }
+}
 
 /// A leaky bucket's `BURST` when none is given.
 const BURST_DEFAULT: u64 = 1;
@@ -46,15 +50,7 @@ static LEAKY_INFO: Info = Info {
     flags: "write deny-oom fast",
     categories: "write fast",
     own_category: true,
-    args: &[
-        meta::KEY,
-        meta::LIMIT,
-        meta::WINDOW_MS,
-        meta::option("MAXDELAY", "max-delay-ms"),
-        meta::option("BURST", "burst"),
-        meta::COST,
-        meta::NOW,
-    ],
+    args: &[],
     stats: Stats::new(),
 };
 
@@ -64,13 +60,12 @@ impl Rate for Leaky {
     const FORM: Form = Form::Compact;
     const INFO: &'static Info = &LEAKY_INFO;
     const EFFECT_CODE: u8 = 3;
-    const SPEC: Option<(&'static str, args::Grammar)> = Some((
-        "LEAKY",
-        args::Grammar {
-            positional: args::Positional::Numbers(2),
-            options: &[MAXDELAY, BURST, COST],
-        },
-    ));
+    const GRAMMAR: args::Grammar = args::Grammar {
+        positional: args::Positional::Numbers(2),
+        params: &[meta::LIMIT, meta::WINDOW_MS],
+        options: Options::TABLE,
+    };
+    const KEYWORD: Option<&'static str> = Some("LEAKY");
     type Args = Params;
 
     fn params(args: &Params) -> &Params {
@@ -80,17 +75,18 @@ impl Rate for Leaky {
     fn parse(words: &[&[u8]]) -> Result<RateCall<Params>, Error> {
         let limit = positional(words, 0, "limit", 1, MAX_RATE_LIMIT)?;
         let window_ms = args::positional_duration(words, 1, "window_ms", 1, MAX_WINDOW_MS)?;
-        let given = args::options(words.get(2..).unwrap_or_default(), &OPTIONS)?;
-        let (cost, now) = args::cost_and_now(&given, 2, 3);
+        let o = Options::parse(words.get(2..).unwrap_or_default())?;
         Ok(RateCall {
             params: Params {
                 limit,
                 window_ms,
-                burst: given[1].map_or(BURST_DEFAULT, args::Value::int),
-                max_delay_ms: given[0].map_or(max_delay_default(window_ms), args::Value::int),
+                burst: o.burst.map_or(BURST_DEFAULT, args::Value::int),
+                max_delay_ms: o
+                    .max_delay
+                    .map_or(max_delay_default(window_ms), args::Value::int),
             },
-            cost,
-            now,
+            cost: args::cost(o.cost),
+            now: o.now(),
         })
     }
 
@@ -101,10 +97,10 @@ impl Rate for Leaky {
     fn write_params<O: Out>(p: &Params, out: &mut O) {
         out.number(p.limit).number(p.window_ms);
         if p.max_delay_ms != max_delay_default(p.window_ms) {
-            out.option("MAXDELAY", p.max_delay_ms);
+            out.option(MAXDELAY.keyword, p.max_delay_ms);
         }
         if p.burst != BURST_DEFAULT {
-            out.option("BURST", p.burst);
+            out.option(BURST.keyword, p.burst);
         }
     }
 }

@@ -6,7 +6,7 @@
 //! Encoding (kind 2): version 3, `latest debt limit window_ms burst`; version 1 adds
 //! `max_delay_ms`, always 0. The key keeps it compact: 16 bytes, the parameters interned.
 
-use crate::core::args::{self, positional, Opt, COST, NOW};
+use crate::core::args::{self, positional, Opt, COST};
 #[cfg(test)]
 use crate::core::codec::Reader;
 use crate::core::effect::Out;
@@ -19,8 +19,12 @@ use crate::core::meta::{self, Info, Keys, Stats};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Token(pub Gcra);
 
-const BURST: Opt = Opt::int("BURST", 1, MAX_RATE_LIMIT);
-const OPTIONS: [Opt; 3] = [BURST, COST, NOW];
+const BURST: Opt = Opt::int("BURST", 1, MAX_RATE_LIMIT).doc("burst");
+
+args::option_set! {
+    /// `RL.TOKEN`'s options after its two numbers.
+    struct Options { burst: BURST, cost: COST }
+}
 
 /// A token bucket's `BURST` when none is given: its limit.
 fn burst_default(limit: u64) -> u64 {
@@ -39,14 +43,7 @@ static TOKEN_INFO: Info = Info {
     flags: "write deny-oom fast",
     categories: "write fast",
     own_category: true,
-    args: &[
-        meta::KEY,
-        meta::LIMIT,
-        meta::WINDOW_MS,
-        meta::option("BURST", "burst"),
-        meta::COST,
-        meta::NOW,
-    ],
+    args: &[],
     stats: Stats::new(),
 };
 
@@ -56,13 +53,12 @@ impl Rate for Token {
     const FORM: Form = Form::Compact;
     const INFO: &'static Info = &TOKEN_INFO;
     const EFFECT_CODE: u8 = 2;
-    const SPEC: Option<(&'static str, args::Grammar)> = Some((
-        "TOKEN",
-        args::Grammar {
-            positional: args::Positional::Numbers(2),
-            options: &[BURST, COST],
-        },
-    ));
+    const GRAMMAR: args::Grammar = args::Grammar {
+        positional: args::Positional::Numbers(2),
+        params: &[meta::LIMIT, meta::WINDOW_MS],
+        options: Options::TABLE,
+    };
+    const KEYWORD: Option<&'static str> = Some("TOKEN");
     type Args = Params;
 
     fn params(args: &Params) -> &Params {
@@ -72,17 +68,16 @@ impl Rate for Token {
     fn parse(words: &[&[u8]]) -> Result<RateCall<Params>, Error> {
         let limit = positional(words, 0, "limit", 1, MAX_RATE_LIMIT)?;
         let window_ms = args::positional_duration(words, 1, "window_ms", 1, MAX_WINDOW_MS)?;
-        let given = args::options(words.get(2..).unwrap_or_default(), &OPTIONS)?;
-        let (cost, now) = args::cost_and_now(&given, 1, 2);
+        let o = Options::parse(words.get(2..).unwrap_or_default())?;
         Ok(RateCall {
             params: Params {
                 limit,
                 window_ms,
-                burst: given[0].map_or(burst_default(limit), args::Value::int),
+                burst: o.burst.map_or(burst_default(limit), args::Value::int),
                 max_delay_ms: 0,
             },
-            cost,
-            now,
+            cost: args::cost(o.cost),
+            now: o.now(),
         })
     }
 
@@ -93,7 +88,7 @@ impl Rate for Token {
     fn write_params<O: Out>(p: &Params, out: &mut O) {
         out.number(p.limit).number(p.window_ms);
         if p.burst != burst_default(p.limit) {
-            out.option("BURST", p.burst);
+            out.option(BURST.keyword, p.burst);
         }
     }
 }

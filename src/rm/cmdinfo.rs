@@ -87,10 +87,11 @@ fn build_args(
     p
 }
 
-/// Sets the metadata of an already registered command, `choices` the choices of its
-/// argument of kind `OneOf` whose metadata has none. Returns false (and logs) where the
-/// server refuses it; the command still works then, with generic metadata.
-pub fn set(ctx: &Context, info: &Info, choices: &[Arg]) -> bool {
+/// Sets the metadata of an already registered command: `info`, with `args` as its
+/// arguments and `choices` the choices of its argument of kind `OneOf` whose metadata has
+/// none. Returns false (and logs) where the server refuses it; the command still works
+/// then, with generic metadata.
+pub fn set(ctx: &Context, info: &Info, args: &[Arg], choices: &[Arg]) -> bool {
     let keys = info.keys;
     // SAFETY: reading the API function pointers the server filled in at load time.
     let api = unsafe { (raw::RedisModule_GetCommand, raw::RedisModule_SetCommandInfo) };
@@ -105,7 +106,7 @@ pub fn set(ctx: &Context, info: &Info, choices: &[Arg]) -> bool {
         return false;
     }
     let mut keep = Vec::new();
-    let args = build_args(info.args, choices, &mut strings, &mut keep);
+    let args = build_args(args, choices, &mut strings, &mut keep);
     let key_flags = if info.read_only() {
         raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS
     } else {

@@ -39,6 +39,10 @@ pub trait Handler: 'static {
     fn choices() -> &'static [crate::core::meta::Arg] {
         &[]
     }
+    /// Its `COMMAND DOCS` arguments: its metadata's, or what its grammar gives.
+    fn args() -> Vec<crate::core::meta::Arg> {
+        Self::INFO.args.to_vec()
+    }
 }
 
 /// The C entry point of a command: runs its handler so that a bug becomes an error reply
@@ -145,7 +149,7 @@ pub fn register<H: Handler>(ctx: &Context, own: Option<&str>) -> Option<Acl> {
         own,
         range,
     )?;
-    super::cmdinfo::set(ctx, info, H::choices());
+    super::cmdinfo::set(ctx, info, &H::args(), H::choices());
     Some(acl)
 }
 

@@ -13,7 +13,7 @@
 //! window never moves the end, and a longer one may move it later, never earlier. The state
 //! keeps the open window's length, from its start to its end, as its `window_ms`.
 
-use crate::core::args::{self, positional, Opt, COST, NOW};
+use crate::core::args::{self, positional, Opt, COST};
 use crate::core::codec::{Malformed, Reader, Sink};
 use crate::core::effect::Out;
 use crate::core::error::Error;
@@ -273,8 +273,12 @@ impl Limit for FixedWindow {
     }
 }
 
-const ALIGN: Opt = Opt::flag("ALIGN");
-const OPTIONS: [Opt; 3] = [ALIGN, COST, NOW];
+const ALIGN: Opt = Opt::flag("ALIGN").doc("align");
+
+args::option_set! {
+    /// `RL.FIXED`'s options after its two numbers.
+    struct Options { align: ALIGN, cost: COST }
+}
 
 static FIXED_INFO: Info = Info {
     name: "RL.FIXED",
@@ -286,14 +290,7 @@ static FIXED_INFO: Info = Info {
     flags: "write deny-oom fast",
     categories: "write fast",
     own_category: true,
-    args: &[
-        meta::KEY,
-        meta::LIMIT,
-        meta::WINDOW_MS,
-        meta::flag("align", "ALIGN"),
-        meta::COST,
-        meta::NOW,
-    ],
+    args: &[],
     stats: Stats::new(),
 };
 
@@ -302,13 +299,12 @@ impl Rate for FixedWindow {
     const CODE: u8 = 4;
     const FORM: Form = Form::Compact;
     const INFO: &'static Info = &FIXED_INFO;
-    const SPEC: Option<(&'static str, args::Grammar)> = Some((
-        "FIXED",
-        args::Grammar {
-            positional: args::Positional::Numbers(2),
-            options: &[ALIGN, COST],
-        },
-    ));
+    const GRAMMAR: args::Grammar = args::Grammar {
+        positional: args::Positional::Numbers(2),
+        params: &[meta::LIMIT, meta::WINDOW_MS],
+        options: Options::TABLE,
+    };
+    const KEYWORD: Option<&'static str> = Some("FIXED");
     const EFFECT_CODE: u8 = 4;
     type Args = Params;
 
@@ -319,16 +315,15 @@ impl Rate for FixedWindow {
     fn parse(words: &[&[u8]]) -> Result<RateCall<Params>, Error> {
         let limit = positional(words, 0, "limit", 1, MAX_LIMIT)?;
         let window_ms = args::positional_duration(words, 1, "window_ms", 1, MAX_WINDOW_MS)?;
-        let given = args::options(words.get(2..).unwrap_or_default(), &OPTIONS)?;
-        let (cost, now) = args::cost_and_now(&given, 1, 2);
+        let o = Options::parse(words.get(2..).unwrap_or_default())?;
         Ok(RateCall {
             params: Params {
                 limit,
                 window_ms,
-                align: given[0].is_some(),
+                align: o.align.is_some(),
             },
-            cost,
-            now,
+            cost: args::cost(o.cost),
+            now: o.now(),
         })
     }
 
@@ -339,7 +334,7 @@ impl Rate for FixedWindow {
     fn write_params<O: Out>(p: &Params, out: &mut O) {
         out.number(p.limit).number(p.window_ms);
         if p.align {
-            out.word(b"ALIGN");
+            out.word(ALIGN.keyword.as_bytes());
         }
     }
 }

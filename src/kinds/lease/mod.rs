@@ -33,12 +33,12 @@ pub use semaphore::{
 
 use std::borrow::Cow;
 
-use crate::core::args::{self, lossy, Opt, COST, NOW};
+use crate::core::args::{self, lossy, Opt, COST};
 use crate::core::codec::{Malformed, Reader, Sink};
 use crate::core::effect::{from_hex, Out};
 use crate::core::error::Error;
 use crate::core::kind::{Change, Clock, Command, Form, Encoding, Kind, Mode, Ran, Reply};
-use crate::core::meta::{self, arg, option, Arg, ArgKind, Info, Keys, Stats};
+use crate::core::meta::{self, arg, Arg, ArgKind, Info, Keys, Stats};
 use crate::core::{Decision, Millis, Wait};
 
 /// The longest `BLOCK`: a year (0 waits without limit).
@@ -179,10 +179,21 @@ pub struct AcquireCall<'a> {
     pub now: Option<Millis>,
 }
 
-const ID: Opt = Opt::word("ID");
-const BLOCK: Opt = Opt::duration("BLOCK", 0, BLOCK_MAX_MS);
-const ACQUIRE_OPTIONS: [Opt; 4] = [ID, COST, BLOCK, NOW];
+const ID: Opt = Opt::word("ID").doc("lease-id");
+const BLOCK: Opt = Opt::duration("BLOCK", 0, BLOCK_MAX_MS).doc("timeout-ms");
 const LEASE_MS: Arg = arg("lease-ms", ArgKind::Integer);
+
+args::option_set! {
+    /// `RL.ACQUIRE`'s options after its two numbers.
+    struct AcquireOptions { id: ID, cost: COST, block: BLOCK }
+}
+
+/// `RL.ACQUIRE`'s grammar after the key (`BLOCK` is refused in `RL.ALL` and policies).
+const ACQUIRE_GRAMMAR: args::Grammar = args::Grammar {
+    positional: args::Positional::Numbers(2),
+    params: &[meta::LIMIT, LEASE_MS],
+    options: AcquireOptions::TABLE,
+};
 const LEASE_ID: Arg = arg("lease-id", ArgKind::String);
 
 impl Acquire {
@@ -243,48 +254,34 @@ static ACQUIRE_INFO: Info = Info {
     flags: "write deny-oom",
     categories: "write slow blocking",
     own_category: true,
-    args: &[
-        meta::KEY,
-        meta::LIMIT,
-        LEASE_MS,
-        Arg {
-            kind: ArgKind::String,
-            ..option("ID", "lease-id")
-        },
-        meta::COST,
-        option("BLOCK", "timeout-ms"),
-        meta::NOW,
-    ],
+    args: &[],
     stats: Stats::new(),
 };
 
 impl Command for Acquire {
     type Kind = Leases;
     const INFO: &'static Info = &ACQUIRE_INFO;
-    const SPEC: Option<(&'static str, args::Grammar)> = Some((
-        "ACQUIRE",
-        args::Grammar {
-            positional: args::Positional::Numbers(2),
-            options: &[ID, COST, BLOCK],
-        },
-    ));
+    const SPEC: Option<(&'static str, args::Grammar)> = Some(("ACQUIRE", ACQUIRE_GRAMMAR));
     type Call<'a> = AcquireCall<'a>;
+
+    fn doc_args() -> Vec<Arg> {
+        ACQUIRE_GRAMMAR.doc_args()
+    }
 
     fn parse<'a>(words: &[&'a [u8]], effect: bool) -> Result<AcquireCall<'a>, Error> {
         let limit = args::positional(words, 0, "limit", 1, MAX_LIMIT)?;
         let lease_ms = args::positional_duration(words, 1, "lease_ms", 1, MAX_LEASE_MS)?;
-        let given = args::options(words.get(2..).unwrap_or_default(), &ACQUIRE_OPTIONS)?;
-        let id = match given[0] {
+        let o = AcquireOptions::parse(words.get(2..).unwrap_or_default())?;
+        let id = match o.id {
             Some(args::Value::Word(w)) => Some(id_arg(w, effect)?),
             _ => None,
         };
-        let (cost, now) = args::cost_and_now(&given, 1, 3);
         Ok(AcquireCall {
             params: Params { limit, lease_ms },
             id,
-            cost,
-            block: given[2].map(args::Value::int),
-            now,
+            cost: args::cost(o.cost),
+            block: o.block.map(args::Value::int),
+            now: o.now(),
         })
     }
 
@@ -457,7 +454,10 @@ pub struct HeldCall<'a> {
     pub now: Option<Millis>,
 }
 
-const HELD_OPTIONS: [Opt; 1] = [NOW];
+args::option_set! {
+    /// `RL.RELEASE`'s and `RL.EXTEND`'s options: none but `NOW`.
+    struct HeldOptions {}
+}
 
 /// Parses `RL.RELEASE` (`extend` false) or `RL.EXTEND`.
 fn parse_held<'a>(words: &[&'a [u8]], hex: bool, extend: bool) -> Result<HeldCall<'a>, Error> {
@@ -469,11 +469,11 @@ fn parse_held<'a>(words: &[&'a [u8]], hex: bool, extend: bool) -> Result<HeldCal
         0
     };
     let rest = words.get(if extend { 2 } else { 1 }..).unwrap_or_default();
-    let given = args::options(rest, &HELD_OPTIONS)?;
+    let o = HeldOptions::parse(rest)?;
     Ok(HeldCall {
         id,
         lease_ms,
-        now: given[0].map(args::Value::int),
+        now: o.now(),
     })
 }
 

@@ -33,7 +33,7 @@ mod log;
 
 pub use log::{valid_window, SlidingLog};
 
-use crate::core::args::{self, int, Opt, COST, NOW};
+use crate::core::args::{self, int, COST};
 use crate::core::codec::{Malformed, Reader, Sink};
 use crate::core::effect::Out;
 use crate::core::error::Error;
@@ -112,7 +112,10 @@ impl std::ops::Deref for Windows {
 }
 
 
-const OPTIONS: [Opt; 2] = [COST, NOW];
+args::option_set! {
+    /// `RL.SLIDE`'s options after its pairs.
+    struct Options { cost: COST }
+}
 
 static SLIDE_INFO: Info = Info {
     name: "RL.SLIDE",
@@ -127,7 +130,7 @@ static SLIDE_INFO: Info = Info {
     flags: "write deny-oom fast",
     categories: "write fast",
     own_category: true,
-    args: &[meta::KEY, WINDOW_ARG, meta::COST, meta::NOW],
+    args: &[],
     stats: Stats::new(),
 };
 
@@ -136,13 +139,12 @@ impl Rate for SlidingLog {
     const CODE: u8 = 1;
     const FORM: Form = Form::Boxed;
     const INFO: &'static Info = &SLIDE_INFO;
-    const SPEC: Option<(&'static str, args::Grammar)> = Some((
-        "SLIDE",
-        args::Grammar {
-            positional: args::Positional::Pairs,
-            options: &[COST],
-        },
-    ));
+    const GRAMMAR: args::Grammar = args::Grammar {
+        positional: args::Positional::Pairs,
+        params: &[WINDOW_ARG],
+        options: Options::TABLE,
+    };
+    const KEYWORD: Option<&'static str> = Some("SLIDE");
     const EFFECT_CODE: u8 = 1;
     type Args = Windows;
 
@@ -194,12 +196,11 @@ impl Rate for SlidingLog {
                 });
             }
         }
-        let given = args::options(opts, &OPTIONS)?;
-        let (cost, now) = args::cost_and_now(&given, 0, 1);
+        let o = Options::parse(opts)?;
         Ok(RateCall {
             params: windows,
-            cost,
-            now,
+            cost: args::cost(o.cost),
+            now: o.now(),
         })
     }
 

@@ -34,7 +34,7 @@ mod ring;
 
 pub use ring::{block_len, SubWindow};
 
-use crate::core::args::{self, positional, Opt, COST, NOW};
+use crate::core::args::{self, positional, COST};
 use crate::core::codec::{Malformed, Reader, Sink};
 use crate::core::effect::Out;
 use crate::core::error::Error;
@@ -75,7 +75,10 @@ impl Params {
     }
 }
 
-const OPTIONS: [Opt; 2] = [COST, NOW];
+args::option_set! {
+    /// `RL.SUBWIN`'s options after its three numbers.
+    struct Options { cost: COST }
+}
 
 static SUBWIN_INFO: Info = Info {
     name: "RL.SUBWIN",
@@ -90,14 +93,7 @@ static SUBWIN_INFO: Info = Info {
     flags: "write deny-oom",
     categories: "write slow",
     own_category: true,
-    args: &[
-        meta::KEY,
-        meta::LIMIT,
-        meta::WINDOW_MS,
-        arg("resolution-ms", ArgKind::Integer),
-        meta::COST,
-        meta::NOW,
-    ],
+    args: &[],
     stats: Stats::new(),
 };
 
@@ -106,13 +102,16 @@ impl Rate for SubWindow {
     const CODE: u8 = 5;
     const FORM: Form = Form::Block;
     const INFO: &'static Info = &SUBWIN_INFO;
-    const SPEC: Option<(&'static str, args::Grammar)> = Some((
-        "SUBWIN",
-        args::Grammar {
-            positional: args::Positional::Numbers(3),
-            options: &[COST],
-        },
-    ));
+    const GRAMMAR: args::Grammar = args::Grammar {
+        positional: args::Positional::Numbers(3),
+        params: &[
+            meta::LIMIT,
+            meta::WINDOW_MS,
+            arg("resolution-ms", ArgKind::Integer),
+        ],
+        options: Options::TABLE,
+    };
+    const KEYWORD: Option<&'static str> = Some("SUBWIN");
     const EFFECT_CODE: u8 = 5;
     type Args = Params;
 
@@ -134,16 +133,15 @@ impl Rate for SubWindow {
                 "window_ms / resolution_ms must be at most 4096 sub-intervals",
             ));
         }
-        let given = args::options(words.get(3..).unwrap_or_default(), &OPTIONS)?;
-        let (cost, now) = args::cost_and_now(&given, 0, 1);
+        let o = Options::parse(words.get(3..).unwrap_or_default())?;
         Ok(RateCall {
             params: Params {
                 limit,
                 window_ms,
                 resolution_ms,
             },
-            cost,
-            now,
+            cost: args::cost(o.cost),
+            now: o.now(),
         })
     }
 

@@ -18,7 +18,7 @@
 //! not 1). Encoding (kind 7): the buckets' version 3, `latest debt limit window_ms burst`.
 //! The key keeps it compact: 16 bytes, the parameters interned.
 
-use crate::core::args::{self, positional, Opt, COST_MAX, NOW};
+use crate::core::args::{self, positional, COST_MAX};
 use crate::core::effect::Out;
 use crate::core::error::Error;
 use crate::core::gcra::{Gcra, Params, MAX_RATE_LIMIT, MAX_WINDOW_MS};
@@ -33,7 +33,10 @@ pub struct Throttle(pub Gcra);
 /// The longest period, in seconds: the buckets' longest window.
 pub const MAX_PERIOD_S: u64 = MAX_WINDOW_MS / 1000;
 
-const OPTIONS: [Opt; 1] = [NOW];
+args::option_set! {
+    /// `CL.THROTTLE`'s options after its numbers: none but `NOW`, the call's.
+    struct Options {}
+}
 
 crate::core::gcra::bucket_kind!(Throttle, false);
 
@@ -47,17 +50,7 @@ static THROTTLE_INFO: Info = Info {
     flags: "write deny-oom fast",
     categories: "write fast",
     own_category: true,
-    args: &[
-        meta::KEY,
-        arg("max_burst", ArgKind::Integer),
-        arg("count_per_period", ArgKind::Integer),
-        arg("period", ArgKind::Integer),
-        meta::Arg {
-            optional: true,
-            ..arg("quantity", ArgKind::Integer)
-        },
-        meta::NOW,
-    ],
+    args: &[],
     stats: Stats::new(),
 };
 
@@ -88,15 +81,22 @@ impl Rate for Throttle {
     const CODE: u8 = 7;
     const FORM: Form = Form::Compact;
     const INFO: &'static Info = &THROTTLE_INFO;
+    const GRAMMAR: args::Grammar = args::Grammar {
+        positional: args::Positional::Numbers(4),
+        params: &[
+            arg("max_burst", ArgKind::Integer),
+            arg("count_per_period", ArgKind::Integer),
+            arg("period", ArgKind::Integer),
+            meta::Arg {
+                optional: true,
+                ..arg("quantity", ArgKind::Integer)
+            },
+        ],
+        options: Options::TABLE,
+    };
     /// Among `RL.ALL`'s limiters and a policy's as `THROTTLE max_burst count_per_period
     /// period [quantity]`, answering the five fields every `RL.*` limiter answers there.
-    const SPEC: Option<(&'static str, args::Grammar)> = Some((
-        "THROTTLE",
-        args::Grammar {
-            positional: args::Positional::Numbers(4),
-            options: &[],
-        },
-    ));
+    const KEYWORD: Option<&'static str> = Some("THROTTLE");
     const EFFECT_CODE: u8 = 8;
     /// Its own command answers redis-cell's fields.
     const ALONE: bool = false;
@@ -121,7 +121,7 @@ impl Rate for Throttle {
                 words.get(3..).unwrap_or_default(),
             ),
         };
-        let given = args::options(rest, &OPTIONS)?;
+        let o = Options::parse(rest)?;
         Ok(RateCall {
             params: Params {
                 limit: count,
@@ -130,7 +130,7 @@ impl Rate for Throttle {
                 max_delay_ms: 0,
             },
             cost: quantity,
-            now: given[0].map(args::Value::int),
+            now: o.now(),
         })
     }
 

@@ -47,6 +47,8 @@ registry::kinds! {
     subwin::SubWindow, block, rate;
     lease::Leases, boxed, [Acquire, Release, Extend];
     throttle::Throttle, compact, rate;
+    #[cfg(test)]
+    probe::Probe, compact, rate;
 }
 
 /// Valkey's `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (9.0+; the bit means

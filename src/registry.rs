@@ -1,7 +1,8 @@
 //! The registry's mechanism: from a list of kinds, one line each (in `lib.rs`), it makes
 //! everything the generic layers need to serve them, so that nothing else names a kind.
 //!
-//! A line is `module::State, form, commands;`:
+//! A line is `module::State, form, commands;`, with attributes if any (`#[cfg(test)]`: a
+//! kind that exists in test builds only, as `probe` does):
 //! - `module` is the kind's unit under `src/kinds/` (the line declares it), `State` the
 //!   state its keys hold (its `core::kind::Kind`);
 //! - `form` is how a key keeps it (`boxed`, `compact` or `block`, its `Kind::FORM`,
@@ -19,15 +20,17 @@
 //! - for each kind, its `rm::storage::Stored` (index, place) and storage hooks;
 //! - `install()`: the kinds' storage operations and the engine's catalog (each kind's
 //!   generic operations and every command), installed at load before anything runs;
-//! - `register(ctx, own)`: every command registered, the kinds' and the generic ones.
+//! - `register(ctx, own)`: every command registered, the kinds' and the generic ones;
+//! - in test builds, `visit(v)`: every kind and command handed to a test that runs over
+//!   them all (`engine::Visit`), so that no test keeps a list of kinds.
 
 /// The one mechanism behind the list of kinds (see the module's docs).
 macro_rules! kinds {
-    ($($module:ident :: $state:ident, $form:ident, $commands:tt;)+) => {
+    ($($(#[$attr:meta])* $module:ident :: $state:ident, $form:ident, $commands:tt;)+) => {
         /// Every kind of limiter: one unit each, which knows no Redis API.
         #[forbid(unsafe_code)]
         pub mod kinds {
-            $(pub mod $module;)+
+            $($(#[$attr])* pub mod $module;)+
         }
 
         /// The kinds in the registry's order, each as its place, storage and commands.
@@ -37,9 +40,9 @@ macro_rules! kinds {
             use $crate::engine::{rate::RateCommand, Catalog, CommandEntry, KindEntry};
             use $crate::rm::storage::{self, Ops, Place, Stored};
 
-            const CODES: &[u8] = &[$(<kinds::$module::$state as Kind>::CODE),+];
+            const CODES: &[u8] = &[$($(#[$attr])* <kinds::$module::$state as Kind>::CODE),+];
             const N: usize = CODES.len();
-            const FORMS: [(Form, usize); N] = [$((
+            const FORMS: [(Form, usize); N] = [$($(#[$attr])* (
                 <kinds::$module::$state as Kind>::FORM,
                 std::mem::size_of::<kinds::$module::$state>(),
             )),+];
@@ -73,7 +76,7 @@ macro_rules! kinds {
                     $crate::engine::generic::REFUND_CODE,
                     $crate::engine::generic::CHARGE_CODE,
                 ],
-                $($crate::registry::effect_codes!($module, $state, $commands),)+
+                $($(#[$attr])* $crate::registry::effect_codes!($module, $state, $commands),)+
             ];
 
             const _: () = assert!(
@@ -82,17 +85,21 @@ macro_rules! kinds {
             );
 
             $(
+                $(#[$attr])*
                 impl Stored for kinds::$module::$state {
                     const INDEX: u8 = index_of(<Self as Kind>::CODE);
                     const PLACE: Place = PLACES[Self::INDEX as usize];
                 }
+                $(#[$attr])*
                 $crate::registry::hooks!($form, kinds::$module::$state);
             )+
 
-            static OPS: [Ops; N] = [$(storage::ops::<kinds::$module::$state>()),+];
-            static KINDS: [KindEntry; N] = [$(KindEntry::of::<kinds::$module::$state>()),+];
+            static OPS: [Ops; N] = [$($(#[$attr])* storage::ops::<kinds::$module::$state>()),+];
+            static KINDS: [KindEntry; N] = [
+                $($(#[$attr])* KindEntry::of::<kinds::$module::$state>()),+
+            ];
             static COMMANDS: [&[CommandEntry]; N] = [$(
-                $crate::registry::commands!($module, $state, $commands)
+                $(#[$attr])* $crate::registry::commands!($module, $state, $commands)
             ),+];
             static CATALOG: Catalog = Catalog {
                 kinds: &KINDS,
@@ -104,9 +111,18 @@ macro_rules! kinds {
                 storage::install(&OPS, storage::tag_kinds(PLACES));
                 $crate::engine::install(&CATALOG);
             }
+
+            /// Hands every kind and every command to `v`, in the list's order (tests that
+            /// run over the kinds: see `engine::Visit`).
+            #[cfg(test)]
+            pub fn visit<V: $crate::engine::Visit>(v: &mut V) {
+                $($(#[$attr])* $crate::registry::visit!(v, $module, $state, $commands);)+
+            }
         }
 
         pub use registered::install;
+        #[cfg(test)]
+        pub use registered::visit;
     };
 }
 
@@ -168,6 +184,23 @@ macro_rules! commands {
     };
 }
 
+/// A kind handed to a test's visitor: with the command that makes its keys (its rate
+/// command, or the first of its list), then each of its commands.
+#[cfg(test)]
+macro_rules! visit {
+    ($v:ident, $module:ident, $state:ident, rate) => {{
+        $v.kind::<kinds::$module::$state, RateCommand<kinds::$module::$state>>();
+        $v.command::<RateCommand<kinds::$module::$state>>();
+    }};
+    ($v:ident, $module:ident, $state:ident, [$first:ident $(, $rest:ident)*]) => {{
+        $v.kind::<kinds::$module::$state, kinds::$module::$first>();
+        $v.command::<kinds::$module::$first>();
+        $($v.command::<kinds::$module::$rest>();)*
+    }};
+}
+
+#[cfg(test)]
+pub(crate) use visit;
 pub(crate) use {commands, effect_codes, hooks, kinds};
 
 #[cfg(test)]

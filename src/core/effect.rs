@@ -411,8 +411,10 @@ mod tests {
     /// The slide's windows at most.
     const MAX_WINDOWS: usize = 8;
 
-    /// Every compact code, `1 + index`: the kinds' commands' (`Command::EFFECT_CODE`) and
-    /// the generic ones' (`RL.REFUND`, `RL.CHARGE`).
+    /// The compact codes the module's commands have always had, `1 + index`: effects in
+    /// AOF files and replication streams hold them, so they never change (the registry's
+    /// commands and the generic ones give them: `Command::EFFECT_CODE`, `RL.REFUND`,
+    /// `RL.CHARGE`). A new command takes a code of its own.
     const CODES: [&str; 8] = [
         "RL.SLIDE",
         "RL.TOKEN",
@@ -444,17 +446,25 @@ mod tests {
         crate::install();
         for (i, c) in CODES.iter().enumerate() {
             assert_eq!(command_code(c), Some(i as u8 + 1));
-            // And back, as an effect is expanded.
-            assert_eq!(crate::engine::effect_command(i as u8 + 1), Some(*c));
+        }
+        // Every command's code, the registry's and the generic ones, and back, as an
+        // effect is expanded; no other code.
+        let names = crate::engine::catalog().commands().map(|c| c.info.name);
+        let names: Vec<&str> = names.chain(["RL.REFUND", "RL.CHARGE"]).collect();
+        for code in 0..=u8::MAX {
+            let named = names.iter().find(|n| command_code(n) == Some(code));
+            assert_eq!(
+                crate::engine::effect_command(code),
+                named.copied(),
+                "{code}"
+            );
         }
         for (i, k) in KEYWORDS.iter().enumerate() {
             assert_eq!(keyword_tag(k.as_bytes()), Some(i as u8 + 1));
         }
         assert_eq!(command_code("RL.ALL"), None);
         assert_eq!(keyword_tag(b"now"), None);
-        // No other code, and the leases' effects are textual.
-        assert_eq!(crate::engine::effect_command(0), None);
-        assert_eq!(crate::engine::effect_command(CODES.len() as u8 + 1), None);
+        // The leases' effects are textual.
         assert_eq!(command_code("RL.ACQUIRE"), None);
     }
 

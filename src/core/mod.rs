@@ -24,6 +24,8 @@ pub mod limit;
 pub mod meta;
 pub mod policy;
 pub mod retention;
+#[cfg(test)]
+pub mod sample;
 pub mod top;
 
 /// 64-bit FNV-1a's starting value.

@@ -76,6 +76,26 @@ impl Catalog {
     }
 }
 
+/// What a test that runs over every kind does with each: the registry's `visit` hands in
+/// every kind and every command, in the list's order (test builds only).
+#[cfg(test)]
+pub trait Visit {
+    /// A kind, with the command that makes its keys (its rate command, or its first).
+    fn kind<K, C>(&mut self)
+    where
+        K: call::Storable + crate::core::sample::Sample,
+        C: Command<Kind = K>,
+    {
+    }
+
+    /// Each of a kind's commands (the first too).
+    fn command<C: Command>(&mut self)
+    where
+        C::Kind: call::Storable,
+    {
+    }
+}
+
 /// What the generic layers know of one kind's command.
 pub struct CommandEntry {
     /// Its metadata and counters.

@@ -175,4 +175,26 @@ mod tests {
             }
         }
     }
+
+    /// A bucket at the edges: limits from 1 to 2^31 - 1, windows from 1 ms to 31 days,
+    /// BURST and MAXDELAY.
+    impl crate::core::sample::Sample for Leaky {
+        fn sample_words(p: [u8; 4], _now: crate::core::Millis) -> String {
+            use crate::core::sample::{cost_word, pick, DAY31};
+            let limit = pick(p[0], &[1, 10, MAX_RATE_LIMIT]);
+            let window = pick(p[1], &[1, 1000, DAY31]);
+            let mut words = format!("LEAKY {limit} {window}");
+            match p[3] % 3 {
+                0 => {}
+                1 => words += " MAXDELAY 0",
+                _ => words += &format!(" MAXDELAY {DAY31}"),
+            }
+            match p[3] / 3 % 3 {
+                0 => {}
+                1 => words += " BURST 1",
+                _ => words += &format!(" BURST {MAX_RATE_LIMIT}"),
+            }
+            words + &cost_word(p[2], limit)
+        }
+    }
 }

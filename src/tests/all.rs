@@ -6,17 +6,15 @@ use proptest::prelude::*;
 
 use super::State;
 use crate::core::error::Error;
+use std::sync::OnceLock;
+
 use crate::core::kind::{Change, Clock, Command, Mode, Reply};
+use crate::core::sample::Sample;
 use crate::core::{Decision, Millis, MAX_TIMESTAMP};
 use crate::engine::call::Storable;
 use crate::engine::combine::combine;
 use crate::engine::limiters::{decide, limiter, Limiter, Slot};
-use crate::engine::rate::RateCommand;
-use crate::kinds::fixed::FixedWindow;
-use crate::kinds::leaky::Leaky;
-use crate::kinds::lease::Acquire;
-use crate::kinds::slide::SlidingLog;
-use crate::kinds::subwin::SubWindow;
+use crate::engine::Visit;
 use crate::kinds::token::Token;
 
 const T0: Millis = 1_700_000_000_000;
@@ -54,9 +52,24 @@ impl Slot for Held {
 /// One limiter of a call: for `decide`, and as its own command.
 trait Case {
     fn limiter(&self) -> Box<dyn Limiter<Held> + 'static>;
-    /// The key's own command on `held` at `now`: the state it leaves when it changed it,
-    /// and its decision.
-    fn single(&self, held: &Held, now: Millis) -> (Option<Box<dyn State>>, Decision);
+    /// The key's own command on `held` at `now` (with `COST 0` when `peek`): the state it
+    /// leaves when it changed it, and its reply; an error as the command answers it.
+    fn single(&self, held: &Held, now: Millis, peek: bool) -> Single;
+    /// What the key's own command answers for a decision of it.
+    fn reply(&self, d: Decision) -> Reply;
+}
+
+/// What a key's own command did: the state it left when it changed it, and its reply (a
+/// lease's without its id).
+type Single = Result<(Option<Box<dyn State>>, Reply), Error>;
+
+/// Whether a command's reply allows.
+fn allows(reply: &Reply) -> bool {
+    match reply {
+        Reply::Decision(d) => d.allowed,
+        Reply::Ints([limited, ..]) => *limited == 0,
+        other => panic!("{other:?}"),
+    }
 }
 
 struct Words<C: Command> {
@@ -66,14 +79,21 @@ struct Words<C: Command> {
 
 impl<C: Command> Case for Words<C>
 where
-    C::Kind: Storable,
+    C::Kind: Storable + Sample,
 {
+    fn reply(&self, d: Decision) -> Reply {
+        <C::Kind as Sample>::reply(d)
+    }
+
     fn limiter(&self) -> Box<dyn Limiter<Held> + 'static> {
         limiter::<C, Held>(&self.words).expect("the limiter parses")
     }
 
-    fn single(&self, held: &Held, now: Millis) -> (Option<Box<dyn State>>, Decision) {
-        let call = C::parse(&self.words, false).expect("the call parses");
+    fn single(&self, held: &Held, now: Millis, peek: bool) -> Single {
+        let mut call = C::parse(&self.words, false)?;
+        if peek {
+            C::set_cost(&mut call, 0);
+        }
         let mut state = held
             .0
             .as_ref()
@@ -83,18 +103,62 @@ where
             lag: 0,
             decided: false,
         };
-        let ran = C::run(state.as_mut(), &call, clock, Mode::Decide).expect("the call runs");
-        let decision = match ran.reply {
-            Reply::Decision(d) | Reply::Lease(d, _) => d,
-            other => panic!("{other:?}"),
+        let ran = C::run(state.as_mut(), &call, clock, Mode::Decide)?;
+        let reply = match ran.reply {
+            Reply::Lease(d, _) => Reply::Decision(d),
+            other => other,
         };
         let changed: Option<Box<dyn State>> = match ran.change {
             Change::None => None,
             Change::Held { .. } => state.map(|s| Box::new(s) as Box<dyn State>),
             Change::New(new) => Some(Box::new(new)),
         };
-        (changed, decision)
+        Ok((changed, reply))
     }
+}
+
+/// A kind `RL.ALL` takes, from the registry: its keyword, its sample words, and a case of
+/// its command from words.
+struct Kind {
+    keyword: &'static str,
+    words: fn([u8; 4], Millis) -> String,
+    case: fn(Vec<&'static [u8]>) -> Box<dyn Case>,
+}
+
+/// The kinds `RL.ALL` takes (those whose command has a keyword there), in the registry's
+/// order.
+fn kinds() -> &'static [Kind] {
+    struct Kinds(Vec<Kind>);
+    impl Visit for Kinds {
+        fn kind<K, C>(&mut self)
+        where
+            K: Storable + Sample,
+            C: Command<Kind = K>,
+        {
+            fn of<C: Command>(words: Vec<&'static [u8]>) -> Box<dyn Case>
+            where
+                C::Kind: Storable + Sample,
+            {
+                Box::new(Words::<C> {
+                    words,
+                    _command: std::marker::PhantomData,
+                })
+            }
+            if let Some((keyword, _)) = C::SPEC {
+                self.0.push(Kind {
+                    keyword,
+                    words: K::sample_words,
+                    case: of::<C>,
+                });
+            }
+        }
+    }
+    static KINDS: OnceLock<Vec<Kind>> = OnceLock::new();
+    KINDS.get_or_init(|| {
+        let mut kinds = Kinds(Vec::new());
+        crate::visit(&mut kinds);
+        kinds.0
+    })
 }
 
 /// A limiter's case from its words, keyword first (leaked: a lease's id is borrowed).
@@ -102,25 +166,11 @@ fn case(line: &str) -> Box<dyn Case> {
     let line: &'static str = Box::leak(line.to_string().into_boxed_str());
     let mut words = line.split(' ').map(str::as_bytes);
     let keyword = words.next().expect("a keyword");
-    let words: Vec<&'static [u8]> = words.collect();
-    fn of<C: Command>(words: Vec<&'static [u8]>) -> Box<dyn Case>
-    where
-        C::Kind: Storable,
-    {
-        Box::new(Words::<C> {
-            words,
-            _command: std::marker::PhantomData,
-        })
-    }
-    match keyword {
-        b"SLIDE" => of::<RateCommand<SlidingLog>>(words),
-        b"TOKEN" => of::<RateCommand<Token>>(words),
-        b"LEAKY" => of::<RateCommand<Leaky>>(words),
-        b"FIXED" => of::<RateCommand<FixedWindow>>(words),
-        b"SUBWIN" => of::<RateCommand<SubWindow>>(words),
-        b"ACQUIRE" => of::<Acquire>(words),
-        other => panic!("{}", String::from_utf8_lossy(other)),
-    }
+    let kind = kinds()
+        .iter()
+        .find(|k| k.keyword.as_bytes().eq_ignore_ascii_case(keyword))
+        .unwrap_or_else(|| panic!("{line}"));
+    (kind.case)(words.collect())
 }
 
 /// The cases of a call's limiters, one per key.
@@ -256,47 +306,18 @@ impl FreshForTest for Token {
     }
 }
 
-/// One key's spec words: a kind, its parameters and options (a cost added by the caller).
-/// `variant` picks one of two parameter sets, so that a key's parameters change between
-/// calls.
-fn spec_words() -> impl Strategy<Value = (u8, [String; 2], u64)> {
-    let limit = 1u64..6;
-    let window = 1u64..8;
-    (
-        0u8..6,
-        limit.clone(),
-        limit,
-        window.clone(),
-        window,
-        0u8..4,
-        0u64..4,
-    )
-        .prop_map(|(kind, l1, l2, w1, w2, opt, cost)| {
-            let (w1, w2) = (w1 * 250, w2 * 500);
-            let words = |l: u64, w: u64| match kind {
-                0 if opt.is_multiple_of(2) => format!("SLIDE {l} {w}"),
-                0 => format!("SLIDE {l} {w} {} {}", l * 2, w * 3),
-                1 if opt == 0 => format!("TOKEN {l} {w}"),
-                1 => format!("TOKEN {l} {w} BURST {opt}"),
-                2 if opt == 0 => format!("LEAKY {l} {w}"),
-                2 => format!("LEAKY {l} {w} MAXDELAY {} BURST {opt}", w * 2),
-                3 if opt.is_multiple_of(2) => format!("FIXED {l} {w}"),
-                3 => format!("FIXED {l} {w} ALIGN"),
-                // A lease: server-made ids, or one of two ids of the caller's.
-                5 if opt < 2 => format!("ACQUIRE {l} {w}"),
-                5 => format!("ACQUIRE {l} {w} ID job{}", opt % 2),
-                _ => format!("SUBWIN {l} {w} {}", w / [1, 5, 25, 125][opt as usize]),
-            };
-            (kind, [words(l1, w1), words(l2, w2)], cost)
-        })
-}
-
-/// A limiter's words with its cost (none written for 1).
-fn with_cost(words: &str, cost: u64) -> String {
-    match cost {
-        1 => words.to_string(),
-        c => format!("{words} COST {c}"),
-    }
+/// One key's limiter: a kind `RL.ALL` takes (the registry's) and two of its sample calls,
+/// so that a key's parameters change between calls. Their costs are mostly 0, 1 or 2 (a
+/// mix of several limiters then allows now and then), else any of the edges.
+fn spec_words() -> impl Strategy<Value = [String; 2]> {
+    let p = || {
+        let cost = prop_oneof![4 => prop::sample::select(vec![0u8, 1, 5]), 1 => any::<u8>()];
+        (any::<[u8; 2]>(), cost, any::<u8>()).prop_map(|([a, b], c, d)| [a, b, c, d])
+    };
+    (any::<prop::sample::Index>(), p(), p()).prop_map(|(kind, p1, p2)| {
+        let kind = &kinds()[kind.index(kinds().len())];
+        [(kind.words)(p1, T0), (kind.words)(p2, T0)]
+    })
 }
 
 proptest! {
@@ -318,28 +339,42 @@ proptest! {
             // Time mostly runs on; sometimes a caller is behind.
             now = if back { now.saturating_sub(step / 4) } else { now + step };
             prop_assert!(now <= MAX_TIMESTAMP);
-            let lines: Vec<String> = (0..n)
-                .map(|i| with_cost(&keys[i].1[variants[i]], keys[i].2))
-                .collect();
+            let lines: Vec<&str> = (0..n).map(|i| keys[i][variants[i]].as_str()).collect();
             let line = lines.join(" ");
             let s: Vec<Box<dyn Case>> = lines.iter().map(|l| case(l)).collect();
-            let model: Vec<(Option<Box<dyn State>>, Decision)> = state
+            let model: Vec<Single> = state
                 .iter()
                 .zip(&s)
-                .map(|(k, case)| case.single(k, now))
+                .map(|(k, case)| case.single(k, now, false))
                 .collect();
             let before = encoded(&state);
             let before_state = state.clone();
             let got = call(&mut state, &s, now);
-            prop_assert!(got.is_ok(), "{} at {}: {:?}", &line, now, got.as_ref().err());
-            let Ok(got) = got else { continue };
-            let all_allow = model.iter().all(|(_, d)| d.allowed);
+            // An error (a cost past a limiter's counters, an id its key cannot take)
+            // changes nothing, and is one that key's own command answers too.
+            let Ok(got) = got else {
+                prop_assert_eq!(encoded(&state), before);
+                prop_assert!(model.iter().any(Result::is_err), "{} at {}: {:?}", &line, now, got.err());
+                continue;
+            };
+            // A key's own command may answer an error where the call together refuses
+            // and changes nothing (a lease id the call's time rules out, when another
+            // limiter refuses before it is taken).
+            let model: Vec<_> = match model.into_iter().collect::<Result<_, _>>() {
+                Ok(model) => model,
+                Err(e) => {
+                    prop_assert!(!got.decision.allowed, "{} at {}: alone {}", &line, now, e);
+                    prop_assert_eq!(encoded(&state), before);
+                    continue;
+                }
+            };
+            let all_allow = model.iter().all(|(_, r)| allows(r));
             prop_assert_eq!(got.decision.allowed, all_allow);
             let each: Vec<Decision> = got.each.iter().map(|o| o.decision).collect();
             prop_assert_eq!(got.decision, combine(&each));
             if all_allow {
-                for (i, ((new, d), o)) in model.iter().zip(&got.each).enumerate() {
-                    prop_assert_eq!(&o.decision, d, "limiter {} in {} at {}", i, &line, now);
+                for (i, ((new, r), o)) in model.iter().zip(&got.each).enumerate() {
+                    prop_assert_eq!(&s[i].reply(o.decision), r, "limiter {} in {} at {}", i, &line, now);
                     if let Some(new) = new {
                         let now_held = state[i].0.as_ref().map(|s| s.bytes());
                         prop_assert_eq!(now_held, Some(new.bytes()));
@@ -349,17 +384,18 @@ proptest! {
                 }
             } else {
                 prop_assert_eq!(encoded(&state), before);
-                for (i, ((_, d), o)) in model.iter().zip(&got.each).enumerate() {
+                for (i, ((_, r), o)) in model.iter().zip(&got.each).enumerate() {
                     // A refusing limiter answers as its own command; one that would have
                     // allowed took nothing, and answers as its own command with COST 0
                     // (its state as it stands).
-                    prop_assert_eq!(d.allowed, o.decision.allowed);
-                    if d.allowed {
-                        let peek = case(&with_cost(&keys[i].1[variants[i]], 0));
-                        let (_, state) = peek.single(&before_state[i], now);
-                        prop_assert_eq!(&o.decision, &state, "limiter {} in {} at {}", i, &line, now);
+                    prop_assert_eq!(allows(r), o.decision.allowed);
+                    if allows(r) {
+                        let peek = s[i].single(&before_state[i], now, true);
+                        prop_assert!(peek.is_ok(), "{:?}", peek.as_ref().err());
+                        let Ok((_, state)) = peek else { continue };
+                        prop_assert_eq!(&s[i].reply(o.decision), &state, "limiter {} in {} at {}", i, &line, now);
                     } else {
-                        prop_assert_eq!(&o.decision, d);
+                        prop_assert_eq!(&s[i].reply(o.decision), r);
                     }
                 }
             }
@@ -415,7 +451,7 @@ fn all_splits_specs_by_kind() {
 )]
 #[case(
     "RL.ALL 1 a 5 1000",
-    Error::ExpectedKind { kinds: &["SLIDE", "TOKEN", "LEAKY", "FIXED", "SUBWIN", "ACQUIRE", "THROTTLE"], word: "5".into() }
+    Error::ExpectedKind { kinds: crate::engine::limiters::keywords(), word: "5".into() }
 )]
 #[case(
     "RL.ALL 1 a ACQUIRE 2 1000 BLOCK 0",
@@ -454,11 +490,13 @@ fn all_splits_specs_by_kind() {
 #[case("RL.ALL 1 a THROTTLE 0 0 60", Error::for_key(b"a", Error::Range { arg: "count_per_period", min: 1, max: 2147483647 }))]
 fn all_bad_input(#[case] line: &str, #[case] want: Error) {
     assert_eq!(parsed(line).map(|_| ()), Err(want), "{line}");
-    // And as the client reads it: the old message, word for word.
+    // And as the client reads it: the registry's kinds, in its order (the integration
+    // tests read the server's, word for word).
     if line == "RL.ALL 1 a 5 1000" {
+        let kinds = crate::engine::limiters::keywords().join(", ");
         assert_eq!(
             parsed(line).err().map(|e| e.to_string()),
-            Some("ERR expected a limiter kind (SLIDE, TOKEN, LEAKY, FIXED, SUBWIN, ACQUIRE, THROTTLE), got '5'".into())
+            Some(format!("ERR expected a limiter kind ({kinds}), got '5'"))
         );
     }
 }

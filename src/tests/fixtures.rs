@@ -2,26 +2,24 @@
 //! ([`super::storage`]) share: the committed encodings of every version, a sample log, and
 //! a kind-blind view of a decoded state, so that a test about any kind is written once.
 //!
-//! The registry's kinds are listed here once ([`KINDS`]): a test that does not know an
-//! encoding's kind in advance (a fuzzer's damaged bytes) finds it there by its code.
+//! The kinds are the registry's ([`kinds`], from `crate::visit`): a test that does not know
+//! an encoding's kind in advance (a fuzzer's damaged bytes) finds it there by its code, and
+//! each kind's sample calls ([`samples`]) seed the fuzzers and the encoding tests.
 
 use std::fmt::Debug;
+use std::sync::OnceLock;
 
 use proptest::prelude::*;
 
 use crate::core::codec::{Malformed, Reader};
 use crate::core::error::Error;
-use crate::core::kind::{Encoding, Kind};
+use crate::core::kind::{Change, Clock, Command, Kind, Mode};
 use crate::core::limit::Limit;
+use crate::core::sample::Sample;
 use crate::core::{Decision, Millis};
 use crate::engine::call::Storable;
-use crate::kinds::fixed::FixedWindow;
-use crate::kinds::leaky::Leaky;
-use crate::kinds::lease::Leases;
+use crate::engine::Visit;
 use crate::kinds::slide::{SlidingLog, Window};
-use crate::kinds::subwin::SubWindow;
-use crate::kinds::throttle::Throttle;
-use crate::kinds::token::Token;
 use crate::rm::storage::TestKey;
 
 pub const T0: Millis = 1_700_000_000_000;
@@ -112,9 +110,9 @@ pub const LEAKY_V3_DEFAULT: &[u8] = &[
 ];
 
 /// One encoding of every kind and version, for the fuzzers to damage: the committed ones,
-/// and a `CL.THROTTLE` bucket (kind 7: the buckets' encoding, here [`TOKEN_V3`]'s state).
+/// and every kind's [`samples`].
 pub fn seeds() -> Vec<Vec<u8>> {
-    vec![
+    let committed = [
         SLIDE_V1.to_vec(),
         TOKEN_V1.to_vec(),
         LEAKY_V1.to_vec(),
@@ -132,8 +130,52 @@ pub fn seeds() -> Vec<Vec<u8>> {
         SUBWIN_V3_RETAINED.to_vec(),
         FIXED_V3_PAST.to_vec(),
         LEAKY_V3_DEFAULT.to_vec(),
-        [&[Throttle::VERSION, Throttle::CODE], &TOKEN_V3[2..]].concat(),
-    ]
+    ];
+    committed.into_iter().chain(samples()).collect()
+}
+
+/// The encodings of the states every kind's sample calls build ([`Sample`]), run by its
+/// command one after another on one key.
+pub fn samples() -> Vec<Vec<u8>> {
+    kinds().iter().flat_map(|k| (k.samples)()).collect()
+}
+
+/// The states of kind `K` its command `C` leaves after each change, over runs of its
+/// sample calls on one key: two runs under parameters that stay, one under parameters
+/// that change on every call.
+pub fn sample_states<K, C>() -> Vec<K>
+where
+    K: Storable + Sample,
+    C: Command<Kind = K>,
+{
+    let mut out = Vec::new();
+    for run in 0u8..3 {
+        let mut held: Option<K> = None;
+        for i in 0u8..12 {
+            let p = match run {
+                2 => [i, i / 2, i % 6, i / 3],
+                _ => [run, run + 1, i % 6, run],
+            };
+            let now = T0 + u64::from(i) * 300;
+            let line = K::sample_words(p, now);
+            let words: Vec<&[u8]> = line.split(' ').skip(1).map(str::as_bytes).collect();
+            let Ok(call) = C::parse(&words, false) else {
+                continue;
+            };
+            let clock = Clock {
+                caller: now,
+                lag: 0,
+                decided: false,
+            };
+            match C::run(held.as_mut(), &call, clock, Mode::Decide).map(|r| r.change) {
+                Ok(Change::New(new)) => held = Some(new),
+                Ok(Change::Held { .. }) => {}
+                _ => continue,
+            }
+            out.extend(held.clone());
+        }
+    }
+    out
 }
 
 /// The canonical encoding of `state`: its version and kind bytes, then its own.
@@ -198,9 +240,11 @@ pub struct Entry {
     read: fn(&TestKey) -> Option<Box<dyn AnyState>>,
     /// The compact form's fast path alone, for an encoding of this kind.
     compact: fn(&[u8]) -> Option<TestKey>,
+    /// Encodings of the states its sample calls build ([`sample_states`]).
+    samples: fn() -> Vec<Vec<u8>>,
 }
 
-const fn entry<K: Storable>() -> Entry {
+fn entry<K: Storable + Sample, C: Command<Kind = K>>() -> Entry {
     fn plain<K: Storable>(version: u8, rest: &[u8]) -> Decoded {
         let mut r = Reader::new(rest);
         let state = K::decode(version, &mut r)?;
@@ -210,28 +254,41 @@ const fn entry<K: Storable>() -> Entry {
     fn read<K: Storable>(key: &TestKey) -> Option<Box<dyn AnyState>> {
         key.read(|state: &K| Box::new(state.clone()) as Box<dyn AnyState>)
     }
+    fn samples<K: Storable + Sample, C: Command<Kind = K>>() -> Vec<Vec<u8>> {
+        sample_states::<K, C>().iter().map(encode).collect()
+    }
     Entry {
         code: K::CODE,
         plain: plain::<K>,
         read: read::<K>,
         compact: TestKey::decode_compact::<K>,
+        samples: samples::<K, C>,
     }
 }
 
-/// The registry's kinds.
-pub const KINDS: [Entry; 7] = [
-    entry::<SlidingLog>(),
-    entry::<Token>(),
-    entry::<Leaky>(),
-    entry::<FixedWindow>(),
-    entry::<SubWindow>(),
-    entry::<Leases>(),
-    entry::<Throttle>(),
-];
+/// The registry's kinds, in its order.
+pub fn kinds() -> &'static [Entry] {
+    struct Kinds(Vec<Entry>);
+    impl Visit for Kinds {
+        fn kind<K, C>(&mut self)
+        where
+            K: Storable + Sample,
+            C: Command<Kind = K>,
+        {
+            self.0.push(entry::<K, C>());
+        }
+    }
+    static KINDS: OnceLock<Vec<Entry>> = OnceLock::new();
+    KINDS.get_or_init(|| {
+        let mut kinds = Kinds(Vec::new());
+        crate::visit(&mut kinds);
+        kinds.0
+    })
+}
 
 /// The state a key holds, whatever its kind.
 pub fn read_any(key: &TestKey) -> Option<Box<dyn AnyState>> {
-    KINDS.iter().find_map(|k| (k.read)(key))
+    kinds().iter().find_map(|k| (k.read)(key))
 }
 
 /// Decodes `bytes` as a load does: the general decoder (`rm::storage::decode`) makes a
@@ -264,7 +321,7 @@ pub fn decode_plain(bytes: &[u8]) -> Decoded {
     if !(1..=3).contains(&version) {
         return Err(Malformed("unknown encoding version"));
     }
-    match KINDS.iter().find(|k| k.code == code) {
+    match kinds().iter().find(|k| k.code == code) {
         Some(k) => (k.plain)(version, rest),
         None if version == 1 => Err(Malformed("unknown limiter kind")),
         None => Err(Malformed("no such version for this kind")),
@@ -274,7 +331,7 @@ pub fn decode_plain(bytes: &[u8]) -> Decoded {
 /// What the compact form's fast path alone makes of `bytes` (`None`: left to the general
 /// decoder), whatever their kind.
 pub fn decode_compact(bytes: &[u8]) -> Option<TestKey> {
-    KINDS.iter().find_map(|k| (k.compact)(bytes))
+    kinds().iter().find_map(|k| (k.compact)(bytes))
 }
 
 /// One damage: flip a bit, overwrite, insert or delete a byte, or cut the tail.

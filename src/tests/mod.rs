@@ -1,8 +1,14 @@
 //! Tests across the kinds and the layers that serve them, without a server: what the
 //! registry's kinds build, read back and replicate ([`roundtrip`]), their encodings through
-//! the storage ([`encodings`], [`storage`]) and `RL.ALL`'s decision across kinds ([`all`]).
+//! the storage ([`encodings`], [`storage`]), `RL.ALL`'s decision across kinds ([`all`]) and
+//! the docs of every kind ([`docs`]).
+//!
+//! None of them lists the kinds: each takes them from the registry (`crate::visit`), with
+//! each kind's sample calls (`core::sample::Sample`). The test-only kind `kinds::probe`
+//! (one folder and one registry line) is in every one.
 
 mod all;
+mod docs;
 mod encodings;
 mod fixtures;
 mod roundtrip;

@@ -18,6 +18,7 @@
 //! words as `RL.APPLY` does (parsed by the command, run in `Mode::Apply`).
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use proptest::prelude::*;
 
@@ -26,135 +27,76 @@ use super::State;
 use crate::core::effect::{self, Compact, Line, Words};
 use crate::core::error::Error;
 use crate::core::kind::{Change, Clock, Command, Kind, Mode, Reply};
+use crate::core::sample::{Sample, DAY31, SEQ_END};
 use crate::core::{Decision, Millis, MAX_TIMESTAMP};
 use crate::engine::call::Storable;
-use crate::engine::rate::RateCommand;
-use crate::kinds::fixed::FixedWindow;
-use crate::kinds::leaky::Leaky;
-use crate::kinds::lease::{Acquire, Extend, Release};
-use crate::kinds::slide::SlidingLog;
-use crate::kinds::subwin::SubWindow;
-use crate::kinds::throttle::Throttle;
-use crate::kinds::token::Token;
+use crate::engine::Visit;
+use crate::kinds::lease::{sample_id as lease_id, Extend, Leases, Release};
 
 const T0: Millis = 1_700_000_000_000;
-const DAY31: u64 = 31 * 24 * 3600 * 1000;
-const SEQ_END: u64 = (1 << 63) - 1;
-/// Keys the calls pick from.
+/// Keys the calls pick from: a key's kind is its number's, modulo the number of kinds.
 const KEYS: u8 = 16;
-/// Kinds: a key's kind is its number's, modulo this.
-const KINDS: u8 = 7;
 
-/// A cost among the edges of a limit.
-fn cost_word(pick: u8, limit: u64) -> String {
-    let cost = match pick % 6 {
-        0 => 0,
-        1 => 1,
-        2 => limit,
-        3 => limit + 1,
-        4 => SEQ_END,
-        _ => 2,
-    };
-    match cost {
-        1 => String::new(),
-        c => format!(" COST {c}"),
+/// What the round trip does with one of the registry's kinds.
+struct KindCase {
+    /// Its sample call's words ([`Sample::sample_words`]).
+    words: fn([u8; 4], Millis) -> String,
+    /// Its command as one of `RL.ALL`'s limiters (`None`: `RL.ALL` does not take it).
+    limiter: Option<LimiterFn>,
+    /// Its command run alone on a key.
+    own: OwnFn,
+}
+
+/// A limiter of `RL.ALL` on a key, from its words.
+type LimiterFn = fn(u8, &[&[u8]]) -> Result<Box<dyn Limiter>, Error>;
+/// A call run alone on a key, at a time: the effect's words, when it changed the key.
+type OwnFn = fn(&mut Db, u8, &[&[u8]], Millis) -> Option<Vec<u8>>;
+
+/// How a replica applies an effect of a command (its words after the key).
+type ApplyFn = fn(&mut Db, u8, &[&[u8]]) -> Result<(), String>;
+
+/// The registry's kinds and every command's way to apply its effects, by name.
+struct Registry {
+    kinds: Vec<KindCase>,
+    apply: Vec<(&'static str, ApplyFn)>,
+}
+
+impl Visit for Registry {
+    fn kind<K, C>(&mut self)
+    where
+        K: Storable + Sample,
+        C: Command<Kind = K>,
+    {
+        self.kinds.push(KindCase {
+            words: K::sample_words,
+            limiter: C::SPEC.map(|_| spec::<C> as LimiterFn),
+            own: own_call::<C>,
+        });
+    }
+
+    fn command<C: Command>(&mut self)
+    where
+        C::Kind: Storable,
+    {
+        self.apply.push((C::INFO.name, apply_as::<C>));
     }
 }
 
-/// A lease id among the edges, at `now`.
-fn lease_id(pick: u8, now: Millis) -> Option<String> {
-    Some(match pick % 9 {
-        0 | 1 => return None,
-        2 => "a".to_string(),
-        3 => "x".repeat(512),
-        4 => format!("{now}-{SEQ_END}"),
-        5 => format!("{now}-{}", SEQ_END - 1),
-        6 => format!("{}-0", now + 1),
-        7 => format!("{}-0", now.saturating_sub(1)),
-        _ => format!("{}-7", now + 5),
+fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let mut r = Registry {
+            kinds: Vec::new(),
+            apply: Vec::new(),
+        };
+        crate::visit(&mut r);
+        r
     })
 }
 
-/// One limiter of a kind with edge parameters (`p` picks them), as `RL.ALL` takes it (for
-/// `CL.THROTTLE`, its words after the key, `THROTTLE` first).
-fn spec_words(kind: u8, p: [u8; 4], now: Millis) -> String {
-    let pick = |i: usize, options: &[u64]| options[usize::from(p[i]) % options.len()];
-    match kind % KINDS {
-        0 => {
-            let n = 1 + usize::from(p[3] % 3);
-            let mut words = String::from("SLIDE");
-            let mut limit = 0;
-            for w in 0..n {
-                limit = pick(0, &[1, 2, 10, u32::MAX as u64]) + w as u64;
-                let limit = limit.min(u32::MAX as u64);
-                let window = pick(1, &[1, 2, 1000, DAY31])
-                    .saturating_sub(w as u64)
-                    .max(1);
-                words += &format!(" {limit} {window}");
-            }
-            words + &cost_word(p[2], limit.min(u32::MAX as u64))
-        }
-        1 | 2 => {
-            let limit = pick(0, &[1, 10, (1 << 31) - 1]);
-            let window = pick(1, &[1, 1000, DAY31]);
-            let mut words = format!(
-                "{} {limit} {window}",
-                ["TOKEN", "LEAKY"][usize::from(kind % KINDS) - 1]
-            );
-            if kind % KINDS == 2 {
-                match p[3] % 3 {
-                    0 => {}
-                    1 => words += " MAXDELAY 0",
-                    _ => words += &format!(" MAXDELAY {DAY31}"),
-                }
-            }
-            match p[3] / 3 % 3 {
-                0 => {}
-                1 => words += " BURST 1",
-                _ => words += &format!(" BURST {}", (1u64 << 31) - 1),
-            }
-            words + &cost_word(p[2], limit)
-        }
-        3 => {
-            let limit = pick(0, &[1, 10, u32::MAX as u64]);
-            let window = pick(1, &[1, 1000, DAY31]);
-            let align = if p[3].is_multiple_of(2) { "" } else { " ALIGN" };
-            format!("FIXED {limit} {window}{align}") + &cost_word(p[2], limit)
-        }
-        4 => {
-            let limit = pick(0, &[1, 10, (1 << 31) - 1]);
-            let (window, res) = [
-                (1, 1),
-                (4096, 1),
-                (1000, 10),
-                (DAY31, DAY31 / 4000),
-                (60000, 60000),
-            ][usize::from(p[1]) % 5];
-            format!("SUBWIN {limit} {window} {res}") + &cost_word(p[2], limit)
-        }
-        6 => {
-            let burst = pick(0, &[0, 9, (1 << 31) - 2]);
-            let count = pick(1, &[1, 10, (1 << 31) - 1]);
-            let period = [1, 60, DAY31 / 1000][usize::from(p[3]) % 3];
-            let quantity = match p[2] % 5 {
-                0 => String::new(),
-                1 => " 0".to_string(),
-                2 => format!(" {}", burst + 1),
-                3 => format!(" {}", burst + 2),
-                _ => format!(" {SEQ_END}"),
-            };
-            format!("THROTTLE {burst} {count} {period}{quantity}")
-        }
-        _ => {
-            let limit = pick(0, &[1, 10, 1_000_000_000]);
-            let lease = pick(1, &[1, 1000, DAY31]);
-            let id = match lease_id(p[3], now) {
-                Some(id) => format!(" ID {id}"),
-                None => String::new(),
-            };
-            format!("ACQUIRE {limit} {lease}{id}") + &cost_word(p[2], limit)
-        }
-    }
+/// The number of kinds.
+fn kinds() -> u8 {
+    registry().kinds.len() as u8
 }
 
 #[derive(Clone, Debug)]
@@ -167,14 +109,14 @@ enum Op {
     Extend(u8, u8, u8),
 }
 
-/// A key: mostly one of the first seven (one of each kind), so that each sees many calls.
+/// A key: mostly one of the first few (one of each kind), so that each sees many calls.
 fn key() -> impl Strategy<Value = u8> + Clone {
-    prop_oneof![8 => 0u8..KINDS, 1 => 0..KEYS]
+    prop_oneof![8 => 0u8..kinds(), 1 => 0..KEYS]
 }
 
 fn op() -> impl Strategy<Value = Op> {
     // A key's kind is its number's (its calls are of one kind).
-    let spec = (key(), any::<[u8; 4]>()).prop_map(|(k, p)| (k, k % KINDS, p));
+    let spec = (key(), any::<[u8; 4]>()).prop_map(|(k, p)| (k, k % kinds(), p));
     prop_oneof![
         6 => prop::collection::vec(spec.clone(), 1..=2).prop_map(Op::Call),
         1 => prop::collection::vec(spec, 1..=16).prop_map(Op::Call),
@@ -339,32 +281,9 @@ where
     }
 }
 
-/// A limiter of kind `kind` on `key`, from its words (keyword first).
-fn limiter(kind: u8, key: u8, line: &str) -> Result<Box<dyn Limiter>, Error> {
-    let words: Vec<&[u8]> = line.split(' ').skip(1).map(str::as_bytes).collect();
-    match kind % KINDS {
-        0 => spec::<RateCommand<SlidingLog>>(key, &words),
-        1 => spec::<RateCommand<Token>>(key, &words),
-        2 => spec::<RateCommand<Leaky>>(key, &words),
-        3 => spec::<RateCommand<FixedWindow>>(key, &words),
-        4 => spec::<RateCommand<SubWindow>>(key, &words),
-        6 => spec::<RateCommand<Throttle>>(key, &words),
-        _ => spec::<Acquire>(key, &words),
-    }
-}
-
-/// A call of kind `kind` on `key` through its own command.
-fn own(db: &mut Db, kind: u8, key: u8, line: &str, now: Millis) -> Option<Vec<u8>> {
-    let words: Vec<&[u8]> = line.split(' ').skip(1).map(str::as_bytes).collect();
-    match kind % KINDS {
-        0 => own_call::<RateCommand<SlidingLog>>(db, key, &words, now),
-        1 => own_call::<RateCommand<Token>>(db, key, &words, now),
-        2 => own_call::<RateCommand<Leaky>>(db, key, &words, now),
-        3 => own_call::<RateCommand<FixedWindow>>(db, key, &words, now),
-        4 => own_call::<RateCommand<SubWindow>>(db, key, &words, now),
-        6 => own_call::<RateCommand<Throttle>>(db, key, &words, now),
-        _ => own_call::<Acquire>(db, key, &words, now),
-    }
+/// The words of a line after its keyword.
+fn after_keyword(line: &str) -> Vec<&[u8]> {
+    line.split(' ').skip(1).map(str::as_bytes).collect()
 }
 
 /// Runs `op` at `now` on the primary's keys: the effects of what changed.
@@ -377,19 +296,25 @@ fn run(db: &mut Db, op: &Op, now: Millis) -> Vec<(u8, Vec<u8>)> {
             for (key, kind, p) in specs_of {
                 if !keys.contains(key) {
                     keys.push(*key);
-                    lines.push((*kind, spec_words(*kind, *p, now), p[0]));
+                    let words = registry().kinds[usize::from(*kind)].words;
+                    lines.push((*kind, words(*p, now), p[0]));
                 }
             }
             if let ([key], [(kind, line, pick)]) = (&keys[..], &lines[..]) {
-                if pick % 2 == 0 {
-                    effects.extend(own(db, *kind, *key, line, now).map(|e| (*key, e)));
+                let case = &registry().kinds[usize::from(*kind)];
+                if pick % 2 == 0 || case.limiter.is_none() {
+                    let own = (case.own)(db, *key, &after_keyword(line), now);
+                    effects.extend(own.map(|e| (*key, e)));
                     return effects;
                 }
             }
             let made: Result<Vec<_>, _> = keys
                 .iter()
                 .zip(&lines)
-                .map(|(key, (kind, line, _))| limiter(*kind, *key, line))
+                .map(|(key, (kind, line, _))| {
+                    let limiter = registry().kinds[usize::from(*kind)].limiter;
+                    limiter.ok_or(Error::Arity)?(*key, &after_keyword(line))
+                })
                 .collect();
             let Ok(mut limiters) = made else {
                 return effects;
@@ -449,7 +374,7 @@ fn run(db: &mut Db, op: &Op, now: Millis) -> Vec<(u8, Vec<u8>)> {
             }
         }
         Op::Release(key, pick) | Op::Extend(key, pick, _) => {
-            let held = typed::<crate::kinds::lease::Leases>(db, *key);
+            let held = typed::<Leases>(db, *key);
             let Ok(Some(leases)) = held else {
                 return effects;
             };
@@ -512,15 +437,6 @@ fn apply(db: &mut Db, key: u8, effect: &[u8]) -> Result<(), String> {
     let rest = words.as_slice().get(2..).unwrap_or_default();
     let command = String::from_utf8_lossy(words.command()).into_owned();
     match command.as_str() {
-        "RL.SLIDE" => apply_as::<RateCommand<SlidingLog>>(db, key, rest),
-        "RL.TOKEN" => apply_as::<RateCommand<Token>>(db, key, rest),
-        "RL.LEAKY" => apply_as::<RateCommand<Leaky>>(db, key, rest),
-        "RL.FIXED" => apply_as::<RateCommand<FixedWindow>>(db, key, rest),
-        "RL.SUBWIN" => apply_as::<RateCommand<SubWindow>>(db, key, rest),
-        "CL.THROTTLE" => apply_as::<RateCommand<Throttle>>(db, key, rest),
-        "RL.ACQUIRE" => apply_as::<Acquire>(db, key, rest),
-        "RL.RELEASE" => apply_as::<Release>(db, key, rest),
-        "RL.EXTEND" => apply_as::<Extend>(db, key, rest),
         "RL.CHARGE" | "RL.REFUND" => {
             let num = |i: usize| {
                 rest.get(i)
@@ -539,7 +455,10 @@ fn apply(db: &mut Db, key: u8, effect: &[u8]) -> Result<(), String> {
             settle(db, key);
             Ok(())
         }
-        other => Err(format!("an effect of {other}")),
+        other => match registry().apply.iter().find(|(name, _)| *name == other) {
+            Some((_, apply)) => apply(db, key, rest),
+            None => Err(format!("an effect of {other}")),
+        },
     }
 }
 

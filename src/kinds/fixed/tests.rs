@@ -308,3 +308,15 @@ proptest! {
         }
     }
 }
+
+/// A window at the edges: limits from 1 to 2^32 - 1, windows from 1 ms to 31 days, with and
+/// without ALIGN.
+impl crate::core::sample::Sample for FixedWindow {
+    fn sample_words(p: [u8; 4], _now: Millis) -> String {
+        use crate::core::sample::{cost_word, pick, DAY31};
+        let limit = pick(p[0], &[1, 10, MAX_LIMIT]);
+        let window = pick(p[1], &[1, 1000, DAY31]);
+        let align = if p[3].is_multiple_of(2) { "" } else { " ALIGN" };
+        format!("FIXED {limit} {window}{align}") + &cost_word(p[2], limit)
+    }
+}

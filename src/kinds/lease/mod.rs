@@ -634,5 +634,23 @@ static EXTEND_INFO: Info = Info {
 
 held_command!(Extend, true, &EXTEND_INFO);
 
+/// A lease id among the edges at `now` (test builds): none (the server makes one), one
+/// byte, the longest, and the server's own form at the end of its sequence and around
+/// `now`.
+#[cfg(test)]
+pub fn sample_id(pick: u8, now: Millis) -> Option<String> {
+    const SEQ_END: u64 = crate::core::sample::SEQ_END;
+    Some(match pick % 9 {
+        0 | 1 => return None,
+        2 => "a".to_string(),
+        3 => "x".repeat(512),
+        4 => format!("{now}-{SEQ_END}"),
+        5 => format!("{now}-{}", SEQ_END - 1),
+        6 => format!("{}-0", now + 1),
+        7 => format!("{}-0", now.saturating_sub(1)),
+        _ => format!("{}-7", now + 5),
+    })
+}
+
 #[cfg(test)]
 mod parse_tests;

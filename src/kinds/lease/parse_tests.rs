@@ -111,3 +111,18 @@ fn effects_carry_ids_in_hex() {
     assert_eq!(line, b"RL.ACQUIRE 5 30000 ID 61206200ff NOW 5");
     assert_eq!(parse_back::<Acquire>(&line).id.as_deref(), Some(id));
 }
+
+/// A lease at the edges: limits from 1 to 10^9, leases from 1 ms to 31 days, an id of its
+/// own or the server's ([`sample_id`]).
+impl crate::core::sample::Sample for Leases {
+    fn sample_words(p: [u8; 4], now: Millis) -> String {
+        use crate::core::sample::{cost_word, pick, DAY31};
+        let limit = pick(p[0], &[1, 10, 1_000_000_000]);
+        let lease = pick(p[1], &[1, 1000, DAY31]);
+        let id = match sample_id(p[3], now) {
+            Some(id) => format!(" ID {id}"),
+            None => String::new(),
+        };
+        format!("ACQUIRE {limit} {lease}{id}") + &cost_word(p[2], limit)
+    }
+}

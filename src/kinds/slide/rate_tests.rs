@@ -110,3 +110,19 @@ proptest! {
 fn bad_input_names_the_argument(#[case] line: &str, #[case] want: Error) {
     assert_eq!(SlidingLog::parse(&words(line)).map(|_| ()), Err(want), "{line}");
 }
+
+/// One to three windows at the edges: limits from 1 to 2^32 - 1, windows from 1 ms to 31
+/// days.
+impl crate::core::sample::Sample for SlidingLog {
+    fn sample_words(p: [u8; 4], _now: crate::core::Millis) -> String {
+        use crate::core::sample::{cost_word, pick, DAY31};
+        let mut words = String::from("SLIDE");
+        let mut limit = 0;
+        for w in 0..1 + u64::from(p[3] % 3) {
+            limit = (pick(p[0], &[1, 2, 10, MAX_LIMIT]) + w).min(MAX_LIMIT);
+            let window = pick(p[1], &[1, 2, 1000, DAY31]).saturating_sub(w).max(1);
+            words += &format!(" {limit} {window}");
+        }
+        words + &cost_word(p[2], limit)
+    }
+}

@@ -517,3 +517,20 @@ fn subwin_arguments(#[case] line: &str, #[case] want: Result<(u64, u64, u64, u64
     });
     assert_eq!(got, want, "{line}");
 }
+
+/// A ring at the edges: limits from 1 to 2^31 - 1, one sub-interval of 1 ms, 4,096 of one,
+/// and 4,000 over 31 days.
+impl crate::core::sample::Sample for SubWindow {
+    fn sample_words(p: [u8; 4], _now: Millis) -> String {
+        use crate::core::sample::{cost_word, pick, DAY31};
+        let limit = pick(p[0], &[1, 10, (1 << 31) - 1]);
+        let (window, res) = [
+            (1, 1),
+            (4096, 1),
+            (1000, 10),
+            (DAY31, DAY31 / 4000),
+            (60000, 60000),
+        ][usize::from(p[1]) % 5];
+        format!("SUBWIN {limit} {window} {res}") + &cost_word(p[2], limit)
+    }
+}

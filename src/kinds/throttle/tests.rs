@@ -215,3 +215,26 @@ proptest! {
         }
     }
 }
+
+/// A bucket at the edges: bursts from 1 to 2^31 - 1, periods from 1 s to 31 days,
+/// quantities 0, 1, the bucket, one more and the largest.
+impl crate::core::sample::Sample for Throttle {
+    fn reply(d: crate::core::Decision) -> Reply {
+        <Throttle as Rate>::reply(d)
+    }
+
+    fn sample_words(p: [u8; 4], _now: Millis) -> String {
+        use crate::core::sample::{pick, DAY31, SEQ_END};
+        let burst = pick(p[0], &[0, 9, (1 << 31) - 2]);
+        let count = pick(p[1], &[1, 10, (1 << 31) - 1]);
+        let period = pick(p[3], &[1, 60, DAY31 / 1000]);
+        let quantity = match p[2] % 5 {
+            0 => String::new(),
+            1 => " 0".to_string(),
+            2 => format!(" {}", burst + 1),
+            3 => format!(" {}", burst + 2),
+            _ => format!(" {SEQ_END}"),
+        };
+        format!("THROTTLE {burst} {count} {period}{quantity}")
+    }
+}

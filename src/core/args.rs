@@ -100,7 +100,7 @@ impl Opt {
 /// `COST n`: the units a request weighs.
 pub const COST: Opt = Opt::int("COST", 0, COST_MAX).doc("cost");
 /// `NOW ms`: the time to decide at instead of the server clock.
-pub const NOW: Opt = Opt::int("NOW", 0, MAX_TIMESTAMP).doc("unix-time-milliseconds");
+pub const NOW: Opt = Opt::int("NOW", 0, MAX_TIMESTAMP.ms()).doc("unix-time-milliseconds");
 
 /// A command's options as one table with a field each, read by name: the table
 /// (`TABLE`, without `NOW`) is what `RL.ALL`, policies and `COMMAND DOCS` read, and
@@ -140,8 +140,8 @@ macro_rules! option_set {
 
             /// The call's `NOW`.
             #[inline(always)]
-            pub fn now(&self) -> Option<$crate::core::Millis> {
-                self.now.map($crate::core::args::Value::int)
+            pub fn now(&self) -> Option<$crate::core::Instant> {
+                self.now.map(|v| $crate::core::Instant::from_ms(v.int()))
             }
         }
     };
@@ -433,6 +433,7 @@ pub fn words(line: &str) -> Vec<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::Instant;
 
     const TABLE: [Opt; 4] = [COST, NOW, Opt::flag("ALIGN"), Opt::word("ID")];
 
@@ -469,7 +470,7 @@ mod tests {
                 Error::Range {
                     arg: "NOW",
                     min: 0,
-                    max: MAX_TIMESTAMP,
+                    max: MAX_TIMESTAMP.ms(),
                 },
             ),
         ] {
@@ -514,7 +515,11 @@ mod tests {
         let ba = Ba::parse(&words("B NOW 5 A 3")).unwrap();
         assert_eq!(
             (ab.a, ab.b, ab.now()),
-            (Some(Value::Int(3)), Some(Value::Flag), Some(5))
+            (
+                Some(Value::Int(3)),
+                Some(Value::Flag),
+                Some(Instant::from_ms(5))
+            )
         );
         assert_eq!((ba.a, ba.b, ba.now()), (ab.a, ab.b, ab.now()));
         assert_eq!(Ab::TABLE.len(), 2);

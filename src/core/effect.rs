@@ -13,6 +13,7 @@
 
 use super::codec::Reader;
 use super::error::Error;
+use super::Instant;
 
 /// The longest textual effect (`RL.SLIDE` with 8 windows of 20-digit numbers, `COST` and
 /// `NOW` take under 400 bytes; a lease effect's id in hex, 1,024).
@@ -30,6 +31,11 @@ pub trait Out {
     /// `KEYWORD value`.
     fn option(&mut self, keyword: &str, v: u64) -> &mut Self {
         self.word(keyword.as_bytes()).number(v)
+    }
+    /// `NOW at`: the time the change was decided at.
+    #[inline(always)]
+    fn now(&mut self, at: Instant) -> &mut Self {
+        self.option("NOW", at.ms())
     }
     /// Bytes of any value, written as their hex digits (a lease id); the compact form has
     /// none (the textual form is written instead).

@@ -23,7 +23,7 @@ use super::effect::Out;
 use super::error::Error;
 use super::limit::Limit;
 use super::meta::Info;
-use super::{Decision, Millis};
+use super::{Decision, Duration, Instant};
 
 /// How a key keeps a kind's state: one mechanism (`rm::storage`) every kind opts into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,22 +79,22 @@ pub trait Kind: Encoding + Clone + Debug + 'static {
     const FORM: Form;
 
     /// The latest time the state has seen (a change propagates at this time).
-    fn latest_time(&self) -> Millis;
+    fn latest_time(&self) -> Instant;
 
     /// When the state is back to empty, what the key's expiry follows; `None` when it is
     /// empty already (the key goes).
-    fn empty_time(&self) -> Option<Millis>;
+    fn empty_time(&self) -> Option<Instant>;
 
     /// `RL.PEEK`: the answer to a call of no cost under the parameters last used.
-    fn peek(&self, now: Millis) -> Decision;
+    fn peek(&self, now: Instant) -> Decision;
 
     /// `RL.PEEK key COST n`: what a call of `cost` under the parameters last used would be
     /// answered, changing nothing.
-    fn peek_cost(&self, now: Millis, cost: u64) -> Decision;
+    fn peek_cost(&self, now: Instant, cost: u64) -> Decision;
 
     /// `RL.REFUND`: gives back up to `units`, newest first, and answers as [`Kind::peek`];
     /// an error for a kind whose units are given back otherwise.
-    fn refund(&mut self, now: Millis, units: u64) -> Result<Decision, Error>;
+    fn refund(&mut self, now: Instant, units: u64) -> Result<Decision, Error>;
 
     /// An error for a kind that takes no refund ([`Kind::refund`]'s), asked first.
     fn refundable(&self) -> Result<(), Error> {
@@ -104,10 +104,10 @@ pub trait Kind: Encoding + Clone + Debug + 'static {
     /// `RL.CHARGE`: records `units` under the parameters last used, whatever the limit;
     /// `Ok(None)`, changing nothing, when they do not fit; an error for a kind that takes
     /// no charge.
-    fn charge(&mut self, now: Millis, units: u64) -> Result<Option<Decision>, Error>;
+    fn charge(&mut self, now: Instant, units: u64) -> Result<Option<Decision>, Error>;
 
     /// Whether [`Kind::charge`] would record `units`, changing nothing.
-    fn can_charge(&self, now: Millis, units: u64) -> Result<bool, Error>;
+    fn can_charge(&self, now: Instant, units: u64) -> Result<bool, Error>;
 }
 
 /// Every rate limiter is a kind: each generic command asks its algorithm ([`Limit`]) under
@@ -118,34 +118,34 @@ impl<K: Rate> Kind for K {
     const FORM: Form = <K as Rate>::FORM;
 
     #[inline(always)]
-    fn latest_time(&self) -> Millis {
+    fn latest_time(&self) -> Instant {
         self.latest()
     }
 
     #[inline(always)]
-    fn empty_time(&self) -> Option<Millis> {
+    fn empty_time(&self) -> Option<Instant> {
         self.empty_at()
     }
 
-    fn peek(&self, now: Millis) -> Decision {
+    fn peek(&self, now: Instant) -> Decision {
         self.peek_cost(now, 0)
     }
 
-    fn peek_cost(&self, now: Millis, cost: u64) -> Decision {
+    fn peek_cost(&self, now: Instant, cost: u64) -> Decision {
         let p = self.stored();
         self.evaluate(now, p.borrow(), cost)
     }
 
-    fn refund(&mut self, now: Millis, units: u64) -> Result<Decision, Error> {
+    fn refund(&mut self, now: Instant, units: u64) -> Result<Decision, Error> {
         Ok(self.give_back(now, units))
     }
 
-    fn charge(&mut self, now: Millis, units: u64) -> Result<Option<Decision>, Error> {
+    fn charge(&mut self, now: Instant, units: u64) -> Result<Option<Decision>, Error> {
         let p = self.stored();
         Ok(Limit::charge(self, now, p.borrow(), units))
     }
 
-    fn can_charge(&self, now: Millis, units: u64) -> Result<bool, Error> {
+    fn can_charge(&self, now: Instant, units: u64) -> Result<bool, Error> {
         let p = self.stored();
         Ok(units == 0 || self.can_record(now, p.borrow(), units))
     }
@@ -174,14 +174,14 @@ pub struct Params2 {
 pub trait Compact: Kind {
     /// The parameters and the state's two words; `None` when the state does not fit (the
     /// key keeps it boxed then).
-    fn pack(&self) -> Option<(Params2, Millis, u64)>;
+    fn pack(&self) -> Option<(Params2, Instant, u64)>;
 
     /// The state `pack` made those of.
-    fn unpack(params: Params2, latest: Millis, tail: u64) -> Self;
+    fn unpack(params: Params2, latest: Instant, tail: u64) -> Self;
 
     /// The encoding's part the state's words make ([`Kind::encode`] is this, then
     /// [`Compact::encode_params`]).
-    fn encode_state<S: Sink>(latest: Millis, tail: u64, out: &mut S);
+    fn encode_state<S: Sink>(latest: Instant, tail: u64, out: &mut S);
 
     /// The encoding's part the parameters make.
     fn encode_params<S: Sink>(params: Params2, out: &mut S);
@@ -189,7 +189,7 @@ pub trait Compact: Kind {
     /// The state's words from an encoding's state part (see [`Compact::encode_state`]),
     /// checked as [`Kind::decode`] checks them; `None` for anything else (the general
     /// decoder then decides).
-    fn decode_state(r: &mut Reader) -> Option<(Millis, u64)>;
+    fn decode_state(r: &mut Reader) -> Option<(Instant, u64)>;
 }
 
 /// How a command is run.
@@ -231,7 +231,7 @@ pub enum Change<K> {
     /// Nothing.
     None,
     /// Changed in place. `before` is when the state was back to empty before the change.
-    Held { before: Option<Millis> },
+    Held { before: Option<Instant> },
     /// A new state to store in the key (a missing key's, or the stored one reshaped).
     New(K),
 }
@@ -260,10 +260,10 @@ impl<K> Ran<K> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Clock {
     /// The caller's time: its `NOW`, else the server clock.
-    pub caller: Millis,
+    pub caller: Instant,
     /// How far the server clock is ahead of the caller's `NOW`: the key lives that much
     /// longer than its state's own empty time (0 for an effect).
-    pub lag: Millis,
+    pub lag: Duration,
     /// Whether the call comes from the primary or the AOF, decided already (the older
     /// form of an effect: a command with `NOW`).
     pub decided: bool,
@@ -275,8 +275,8 @@ impl Clock {
     /// behind it (a lagging `NOW`). The key then expires as far past the server clock as
     /// the state is from empty, never more than its limiter's own span, whatever `NOW`
     /// said. 0 for an effect, and for a state at or ahead of the server clock.
-    pub fn key_lag(&self, latest: Millis) -> Millis {
-        self.caller.saturating_add(self.lag).saturating_sub(latest)
+    pub fn key_lag(&self, latest: Instant) -> Duration {
+        self.caller.saturating_add(self.lag).since(latest)
     }
 }
 
@@ -303,7 +303,7 @@ pub trait Command: 'static {
     fn owned(call: &Self::Call<'_>) -> Self::Call<'static>;
 
     /// The call's `NOW`.
-    fn now(call: &Self::Call<'_>) -> Option<Millis>;
+    fn now(call: &Self::Call<'_>) -> Option<Instant>;
 
     /// Runs the call on the key's state (`None`: a missing key) at `clock`, as `mode` says.
     fn run(
@@ -315,7 +315,7 @@ pub trait Command: 'static {
 
     /// Writes the effect of what a run changed, after the command's name: its words, with
     /// `NOW` at `at`. `reply` is what the run answered (a lease's id, say).
-    fn effect<O: Out>(call: &Self::Call<'_>, reply: &Reply, at: Millis, out: &mut O);
+    fn effect<O: Out>(call: &Self::Call<'_>, reply: &Reply, at: Instant, out: &mut O);
 
     /// The effect's compact code, 0 for a textual effect (see `core::effect`).
     const EFFECT_CODE: u8 = 0;
@@ -331,13 +331,13 @@ pub trait Command: 'static {
 
     /// Whether a waiting call goes before the calls already waiting on the key (a renewal
     /// of a lease the caller holds).
-    fn jumps_queue(_state: &Self::Kind, _call: &Self::Call<'_>, _now: Millis) -> bool {
+    fn jumps_queue(_state: &Self::Kind, _call: &Self::Call<'_>, _now: Instant) -> bool {
         false
     }
 
     /// The refusal a waiting call gets when its time is up: the call's answer at `now`,
     /// refused.
-    fn refusal(state: Option<&Self::Kind>, call: &Self::Call<'_>, now: Millis) -> Reply;
+    fn refusal(state: Option<&Self::Kind>, call: &Self::Call<'_>, now: Instant) -> Reply;
 
     // `RL.ALL`: a limiter evaluated, checked and committed apart, so that every one allows
     // before any changes.
@@ -349,30 +349,30 @@ pub trait Command: 'static {
 
     /// The state reshaped for the call at `now`, when the stored one cannot take it as it
     /// is (`RL.ALL` stores it once the call is allowed).
-    fn reshaped(_state: &Self::Kind, _call: &Self::Call<'_>, _now: Millis) -> Option<Self::Kind> {
+    fn reshaped(_state: &Self::Kind, _call: &Self::Call<'_>, _now: Instant) -> Option<Self::Kind> {
         None
     }
 
     /// The call's answer at `now`, changing nothing.
-    fn evaluate(state: &Self::Kind, call: &Self::Call<'_>, now: Millis) -> Decision;
+    fn evaluate(state: &Self::Kind, call: &Self::Call<'_>, now: Instant) -> Decision;
 
     /// Its answer with no cost: the state as it stands.
-    fn evaluate_free(state: &Self::Kind, call: &Self::Call<'_>, now: Millis) -> Decision;
+    fn evaluate_free(state: &Self::Kind, call: &Self::Call<'_>, now: Instant) -> Decision;
 
     /// An error when the call, allowed, could not be recorded (checked of every limiter
     /// before any records).
-    fn fits(_state: &Self::Kind, _call: &Self::Call<'_>, _now: Millis) -> Result<(), Error> {
+    fn fits(_state: &Self::Kind, _call: &Self::Call<'_>, _now: Instant) -> Result<(), Error> {
         Ok(())
     }
 
     /// An error for a call `RL.ALL` refuses whatever the state (checked before deciding).
-    fn check(_state: &Self::Kind, _call: &Self::Call<'_>, _now: Millis) -> Result<(), Error> {
+    fn check(_state: &Self::Kind, _call: &Self::Call<'_>, _now: Instant) -> Result<(), Error> {
         Ok(())
     }
 
     /// Records the allowed call at `now`: the reply `RL.ALL` gives for it (a lease's id
     /// with its decision), `None` when it could not (ruled out by [`Command::fits`]).
-    fn commit(state: &mut Self::Kind, call: &Self::Call<'_>, now: Millis) -> Option<Reply>;
+    fn commit(state: &mut Self::Kind, call: &Self::Call<'_>, now: Instant) -> Option<Reply>;
 
     /// Its entry in `RL.ALL`'s reply, from its decision and what [`Command::commit`]
     /// answered (`None`: not committed).
@@ -472,5 +472,5 @@ pub trait Rate: Limit + Encoding + Clone + Debug + 'static {
 pub struct RateCall<P> {
     pub params: P,
     pub cost: u64,
-    pub now: Option<Millis>,
+    pub now: Option<Instant>,
 }

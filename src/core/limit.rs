@@ -5,7 +5,7 @@
 
 use std::borrow::Borrow;
 
-use super::{Decision, Millis};
+use super::{Decision, Instant};
 
 /// What every limiter offers the command layer. `evaluate` decides without changing
 /// anything; `record` applies a decision already taken (by this server, or by the primary for
@@ -23,30 +23,30 @@ pub trait Limit {
 
     /// Gives back up to `units`, newest first, never below empty, and answers as a call of
     /// no cost under [`Limit::stored`] would (`RL.REFUND`).
-    fn give_back(&mut self, now: Millis, units: u64) -> Decision;
+    fn give_back(&mut self, now: Instant, units: u64) -> Decision;
 
     /// The answer to `cost` units at `now` under `p`. Never changes the state.
-    fn evaluate(&self, now: Millis, p: &Self::Params, cost: u64) -> Decision;
+    fn evaluate(&self, now: Instant, p: &Self::Params, cost: u64) -> Decision;
 
     /// Records `cost` units at `now` under `p` without checking any limit. Returns false,
     /// changing nothing, when the record would break the limiter's invariants (exactly
     /// when [`Limit::can_record`] is false).
-    fn record(&mut self, now: Millis, p: &Self::Params, cost: u64) -> bool;
+    fn record(&mut self, now: Instant, p: &Self::Params, cost: u64) -> bool;
 
     /// Whether [`Limit::record`] would take `cost` units at `now` under `p`, changing
     /// nothing: what a call that changes several limiters checks of each before it changes
     /// any. Both share one check per limiter, so they cannot disagree.
-    fn can_record(&self, now: Millis, p: &Self::Params, cost: u64) -> bool;
+    fn can_record(&self, now: Instant, p: &Self::Params, cost: u64) -> bool;
 
     /// When the limiter is back to empty if nothing else arrives; `None` when it is empty.
-    fn empty_at(&self) -> Option<Millis>;
+    fn empty_at(&self) -> Option<Instant>;
 
     /// The latest time seen; an earlier call counts as happening then.
-    fn latest(&self) -> Millis;
+    fn latest(&self) -> Instant;
 
     /// A limiter reshaped for a call at `now` under `p` when the stored one cannot take it as
     /// it is (the caller then stores the new one); `None` when the call fits the stored state.
-    fn reshaped(&self, _now: Millis, _p: &Self::Params) -> Option<Self>
+    fn reshaped(&self, _now: Instant, _p: &Self::Params) -> Option<Self>
     where
         Self: Sized,
     {
@@ -54,7 +54,7 @@ pub trait Limit {
     }
 
     /// Decides, and records the request when it is allowed (and costs something).
-    fn acquire(&mut self, now: Millis, p: &Self::Params, cost: u64) -> Decision {
+    fn acquire(&mut self, now: Instant, p: &Self::Params, cost: u64) -> Decision {
         let decision = self.evaluate(now, p, cost);
         if decision.allowed && cost > 0 {
             self.record(now, p, cost);
@@ -68,7 +68,7 @@ pub trait Limit {
     /// of one unit would be told now as `retry_after` (the exact wait while beyond the limit,
     /// a leaky bucket's delay), and the reset. `None`, changing nothing, when the units do not
     /// fit the limiter's counters.
-    fn charge(&mut self, now: Millis, p: &Self::Params, units: u64) -> Option<Decision> {
+    fn charge(&mut self, now: Instant, p: &Self::Params, units: u64) -> Option<Decision> {
         if units > 0 && !self.record(now, p, units) {
             return None;
         }
@@ -87,16 +87,17 @@ pub trait Limit {
 #[cfg(test)]
 pub(crate) mod table {
     use super::Limit;
-    use crate::core::Millis;
+    use crate::core::{Duration, Instant};
 
     /// One row: at `t` ms after `t0`, a request of `cost`, expecting
     /// `[allowed, limit, remaining, retry_after, reset_after]`.
     pub type Row = (u64, u64, [i64; 5]);
 
     /// Runs `rows` in order against `limiter` under `params`, on a fake clock.
-    pub fn run<L: Limit>(mut limiter: L, params: &L::Params, t0: Millis, rows: &[Row]) {
+    pub fn run<L: Limit>(mut limiter: L, params: &L::Params, t0: Instant, rows: &[Row]) {
         for (i, (t, cost, want)) in rows.iter().enumerate() {
-            let got = limiter.acquire(t0 + t, params, *cost).as_reply();
+            let now = t0 + Duration::from_ms(*t);
+            let got = limiter.acquire(now, params, *cost).as_reply();
             assert_eq!(&got, want, "row {i} at +{t}ms cost {cost}");
         }
     }
@@ -107,17 +108,17 @@ pub(crate) mod table {
 #[cfg(test)]
 pub(crate) mod charge {
     use super::Limit;
-    use crate::core::{Millis, Wait};
+    use crate::core::{Duration, Instant, Wait};
     use proptest::prelude::*;
 
-    pub const T0: Millis = 1_700_000_000_000;
+    pub const T0: Instant = Instant::from_ms(1_700_000_000_000);
 
     /// Acquisitions and charges at growing times; after each charge, a request of one unit
     /// is refused exactly until the wait the charge answered, and allowed from then on.
     pub fn check<L: Limit + Clone>(mut l: L, p: &L::Params, ops: &[(u64, u64, bool)]) {
         let mut now = T0;
         for &(dt, cost, charge) in ops {
-            now += dt;
+            now += Duration::from_ms(dt);
             if !charge {
                 l.acquire(now, p, cost);
                 continue;
@@ -133,11 +134,11 @@ pub(crate) mod charge {
                 continue;
             }
             match d.retry_after {
-                Wait::Ms(w) => {
-                    assert!(w > 0);
+                Wait::For(w) => {
+                    assert!(!w.is_zero());
                     assert!(l.evaluate(now + w, p, 1).allowed, "allowed after {w} ms");
                     assert!(
-                        !l.evaluate(now + w - 1, p, 1).allowed,
+                        !l.evaluate(now + w - Duration::from_ms(1), p, 1).allowed,
                         "refused before {w} ms"
                     );
                 }

@@ -1,7 +1,7 @@
 //! The shared core: what every kind and every layer uses, and nothing that knows Redis.
 //!
-//! - time (integer milliseconds, handed to every algorithm: none reads a clock) and the
-//!   [`Decision`] every limiter answers with;
+//! - [`time`]: an [`Instant`] and a [`Duration`], in whole milliseconds, handed to every
+//!   algorithm (none reads a clock), and the [`Decision`] every limiter answers with;
 //! - [`kind`]: what a kind of limiter is (its state, commands, encoding, storage form) and
 //!   [`limit`], what a rate limiter's algorithm offers;
 //! - [`args`] (the grammar's primitives), [`effect`] (what replicas and the AOF receive),
@@ -26,6 +26,7 @@ pub mod policy;
 pub mod retention;
 #[cfg(test)]
 pub mod sample;
+pub mod time;
 pub mod top;
 
 /// 64-bit FNV-1a's starting value.
@@ -41,19 +42,15 @@ pub fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
     h
 }
 
-/// Milliseconds since the Unix epoch. Every algorithm is handed one; none reads a clock.
-pub type Millis = u64;
-
-/// The largest timestamp accepted anywhere (year 9999), so that `now + window` never overflows.
-pub const MAX_TIMESTAMP: Millis = 253_402_300_799_999;
+pub use time::{Duration, Instant, MAX_TIMESTAMP};
 
 /// How long a refused request has to wait.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wait {
     /// Allowed (or would be) right now.
     None,
-    /// Allowed after this many milliseconds if nothing else arrives.
-    Ms(u64),
+    /// Allowed after this long if nothing else arrives.
+    For(Duration),
     /// Can never be allowed with the current parameters (the cost exceeds a limit).
     Never,
 }
@@ -63,7 +60,7 @@ impl Wait {
     pub fn as_reply(self) -> i64 {
         match self {
             Wait::None => 0,
-            Wait::Ms(ms) => i64::try_from(ms).unwrap_or(i64::MAX),
+            Wait::For(d) => i64::try_from(d.ms()).unwrap_or(i64::MAX),
             Wait::Never => -1,
         }
     }
@@ -83,24 +80,24 @@ pub struct Decision {
     /// caller must wait before acting (only a scheduler, `RL.LEAKY`, makes callers wait).
     pub retry_after: Wait,
     /// Time until the limiter is back to empty if nothing else arrives.
-    pub reset_after_ms: u64,
+    pub reset_after: Duration,
 }
 
 impl Decision {
-    /// The decision as seen by a caller whose time is `behind` ms before the limiter's
+    /// The decision as seen by a caller whose time is `behind` the limiter's
     /// latest time (a lagging `NOW`, or a server clock that stepped back): the limiter
     /// decided at its own latest time, so every wait and the reset are measured from the
     /// caller's time instead. A caller that waits that long is not refused again for the
     /// same reason.
-    pub fn seen_from_behind(mut self, behind: u64) -> Decision {
-        if behind == 0 {
+    pub fn seen_from_behind(mut self, behind: Duration) -> Decision {
+        if behind.is_zero() {
             return self;
         }
-        if let Wait::Ms(ms) = self.retry_after {
-            self.retry_after = Wait::Ms(ms.saturating_add(behind));
+        if let Wait::For(d) = self.retry_after {
+            self.retry_after = Wait::For(d.saturating_add(behind));
         }
-        if self.reset_after_ms > 0 {
-            self.reset_after_ms = self.reset_after_ms.saturating_add(behind);
+        if !self.reset_after.is_zero() {
+            self.reset_after = self.reset_after.saturating_add(behind);
         }
         self
     }
@@ -108,8 +105,8 @@ impl Decision {
     /// The decision with its reset measured from `now` to `empty_at`, when the limiter is
     /// back to empty (what the key's expiry follows): a limiter that keeps records for a
     /// window used before (a retention) is not empty when the call's own windows are.
-    pub fn resetting_at(mut self, empty_at: Option<Millis>, now: Millis) -> Decision {
-        self.reset_after_ms = empty_at.map_or(0, |at| at.saturating_sub(now));
+    pub fn resetting_at(mut self, empty_at: Option<Instant>, now: Instant) -> Decision {
+        self.reset_after = empty_at.map_or(Duration::ZERO, |at| at.since(now));
         self
     }
 
@@ -121,7 +118,7 @@ impl Decision {
             clamp(self.limit),
             clamp(self.remaining),
             self.retry_after.as_reply(),
-            clamp(self.reset_after_ms),
+            clamp(self.reset_after.ms()),
         ]
     }
 }
@@ -136,23 +133,24 @@ mod tests {
             allowed: false,
             limit: 3,
             remaining: 0,
-            retry_after: Wait::Ms(700),
-            reset_after_ms: 900,
+            retry_after: Wait::For(Duration::from_ms(700)),
+            reset_after: Duration::from_ms(900),
         };
-        assert_eq!(d.seen_from_behind(0), d);
-        assert_eq!(d.seen_from_behind(100).as_reply(), [0, 3, 0, 800, 1000]);
+        assert_eq!(d.seen_from_behind(Duration::ZERO), d);
+        let behind = Duration::from_ms(100);
+        assert_eq!(d.seen_from_behind(behind).as_reply(), [0, 3, 0, 800, 1000]);
         let never = Decision {
             retry_after: Wait::Never,
             ..d
         };
-        assert_eq!(never.seen_from_behind(100).retry_after, Wait::Never);
+        assert_eq!(never.seen_from_behind(behind).retry_after, Wait::Never);
         let allowed_now = Decision {
             allowed: true,
             retry_after: Wait::None,
-            reset_after_ms: 0,
+            reset_after: Duration::ZERO,
             ..d
         };
         // Nothing to wait for stays so; an empty limiter stays empty.
-        assert_eq!(allowed_now.seen_from_behind(100), allowed_now);
+        assert_eq!(allowed_now.seen_from_behind(behind), allowed_now);
     }
 }

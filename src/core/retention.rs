@@ -13,7 +13,7 @@
 //! while, but never resurrects a stale, longer window (the oldest entries, which are the
 //! longest, are left as they are and still die on time).
 
-use super::Millis;
+use super::{Duration, Instant};
 
 /// Entries kept besides the current window: the front holds at most four windows.
 pub const MAX_KEPT: usize = 3;
@@ -23,7 +23,7 @@ pub const MAX_KEPT: usize = 3;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Front {
     len: u8,
-    kept: [(u64, Millis); MAX_KEPT],
+    kept: [(u64, Instant); MAX_KEPT],
 }
 
 /// Why a persisted front was refused.
@@ -32,7 +32,7 @@ pub struct Corrupt(pub &'static str);
 
 impl Front {
     /// The entries, shortest window (most recently used) first.
-    pub fn entries(&self) -> &[(u64, Millis)] {
+    pub fn entries(&self) -> &[(u64, Instant)] {
         self.kept.get(..usize::from(self.len)).unwrap_or_default()
     }
 
@@ -46,13 +46,13 @@ impl Front {
     /// those as long, when `drop_equal`), then the dead ones.
     pub fn record(
         &mut self,
-        now: Millis,
+        now: Instant,
         own: u64,
-        before: Option<(u64, Millis)>,
+        before: Option<(u64, Instant)>,
         drop_equal: bool,
     ) {
         // At most MAX_KEPT + 1 candidates, on the stack: this runs on every call.
-        let mut all = [(0u64, 0 as Millis); MAX_KEPT + 1];
+        let mut all = [(0u64, Instant::EPOCH); MAX_KEPT + 1];
         let mut n = 0;
         for e in self
             .entries()
@@ -60,7 +60,8 @@ impl Front {
             .copied()
             .chain(before.filter(|&(w, _)| w > own))
         {
-            let keep = (e.0 > own || (e.0 == own && !drop_equal)) && e.1 + e.0 > now;
+            let keep =
+                (e.0 > own || (e.0 == own && !drop_equal)) && e.1 + Duration::from_ms(e.0) > now;
             if keep {
                 all[n] = e;
                 n += 1;
@@ -73,7 +74,7 @@ impl Front {
         let all = &mut all[..n];
         // Pareto: longest first, an entry stays only if used after every longer one.
         all.sort_unstable_by(|a, b| b.cmp(a));
-        let mut front = [(0u64, 0 as Millis); MAX_KEPT + 1];
+        let mut front = [(0u64, Instant::EPOCH); MAX_KEPT + 1];
         let mut len = 0;
         for &e in all.iter() {
             if len == 0 || e.1 > front[len - 1].1 {
@@ -92,7 +93,7 @@ impl Front {
         self.set(front);
     }
 
-    fn set(&mut self, entries: &[(u64, Millis)]) {
+    fn set(&mut self, entries: &[(u64, Instant)]) {
         self.len = 0;
         for (slot, &e) in self.kept.iter_mut().zip(entries) {
             *slot = e;
@@ -108,10 +109,10 @@ impl Front {
 
     /// When the last record a front entry may count leaves it, given the newest record's
     /// time; `None` when the front is empty.
-    pub fn empty_at(&self, newest: Millis) -> Option<Millis> {
+    pub fn empty_at(&self, newest: Instant) -> Option<Instant> {
         self.entries()
             .iter()
-            .map(|&(w, last)| newest.min(last) + w)
+            .map(|&(w, last)| newest.min(last) + Duration::from_ms(w))
             .max()
     }
 
@@ -119,11 +120,11 @@ impl Front {
     /// `1..=max_window`, longer than `own` (or as long, with `equal_ok`), times at most
     /// `max_time`, and a Pareto front (windows growing, last uses falling).
     pub fn from_entries(
-        entries: &[(u64, Millis)],
+        entries: &[(u64, Instant)],
         own: u64,
         equal_ok: bool,
         max_window: u64,
-        max_time: Millis,
+        max_time: Instant,
     ) -> Result<Front, Corrupt> {
         if entries.len() > MAX_KEPT {
             return Err(Corrupt("retention too long"));
@@ -152,48 +153,57 @@ impl Front {
 mod tests {
     use super::*;
 
+    fn t(ms: u64) -> Instant {
+        Instant::from_ms(ms)
+    }
+
+    /// Entries with times in milliseconds.
+    fn at(entries: &[(u64, u64)]) -> Vec<(u64, Instant)> {
+        entries.iter().map(|&(w, last)| (w, t(last))).collect()
+    }
+
     #[test]
     fn a_call_drops_what_it_dominates_and_what_has_passed() {
         let mut f = Front::default();
-        f.record(100, 1000, Some((10_000, 50)), true);
-        assert_eq!(f.entries(), &[(10_000, 50)]);
-        f.record(200, 500, Some((1000, 150)), true);
-        assert_eq!(f.entries(), &[(1000, 150), (10_000, 50)]);
+        f.record(t(100), 1000, Some((10_000, t(50))), true);
+        assert_eq!(f.entries(), at(&[(10_000, 50)]));
+        f.record(t(200), 500, Some((1000, t(150))), true);
+        assert_eq!(f.entries(), at(&[(1000, 150), (10_000, 50)]));
         // A 5 s call dominates the 1 s entry; the 10 s one stays until 10_050.
-        f.record(300, 5000, None, true);
-        assert_eq!(f.entries(), &[(10_000, 50)]);
+        f.record(t(300), 5000, None, true);
+        assert_eq!(f.entries(), at(&[(10_000, 50)]));
         assert_eq!(f.keep(5000), 10_000);
-        f.record(10_050, 5000, None, true);
+        f.record(t(10_050), 5000, None, true);
         assert!(f.is_empty());
     }
 
     #[test]
     fn equal_windows_stay_when_asked() {
         let mut f = Front::default();
-        f.record(100, 1000, Some((10_000, 50)), false);
-        f.record(200, 10_000, None, false);
-        assert_eq!(f.entries(), &[(10_000, 50)]);
-        f.record(200, 10_000, None, true);
+        f.record(t(100), 1000, Some((10_000, t(50))), false);
+        f.record(t(200), 10_000, None, false);
+        assert_eq!(f.entries(), at(&[(10_000, 50)]));
+        f.record(t(200), 10_000, None, true);
         assert!(f.is_empty());
     }
 
     #[test]
     fn a_fifth_window_merges_the_two_used_last() {
         let mut f = Front::default();
-        f.record(10, 1, Some((100_000, 5)), true);
-        f.record(20, 1, Some((50_000, 15)), true);
-        f.record(30, 1, Some((20_000, 25)), true);
-        assert_eq!(f.entries(), &[(20_000, 25), (50_000, 15), (100_000, 5)]);
-        f.record(40, 1, Some((10_000, 35)), true);
-        assert_eq!(f.entries(), &[(20_000, 35), (50_000, 15), (100_000, 5)]);
-        assert_eq!(f.empty_at(36), Some(100_005));
+        f.record(t(10), 1, Some((100_000, t(5))), true);
+        f.record(t(20), 1, Some((50_000, t(15))), true);
+        f.record(t(30), 1, Some((20_000, t(25))), true);
+        assert_eq!(f.entries(), at(&[(20_000, 25), (50_000, 15), (100_000, 5)]));
+        f.record(t(40), 1, Some((10_000, t(35))), true);
+        assert_eq!(f.entries(), at(&[(20_000, 35), (50_000, 15), (100_000, 5)]));
+        assert_eq!(f.empty_at(t(36)), Some(t(100_005)));
     }
 
     #[test]
     fn from_entries_refuses_what_is_not_a_front() {
-        let ok = [(2000, 50), (3000, 40)];
-        assert!(Front::from_entries(&ok, 1000, false, 10_000, 100).is_ok());
-        let bad: [&[(u64, Millis)]; 6] = [
+        let ok = at(&[(2000, 50), (3000, 40)]);
+        assert!(Front::from_entries(&ok, 1000, false, 10_000, t(100)).is_ok());
+        let bad: [&[(u64, u64)]; 6] = [
             &[(2000, 50), (3000, 50)],
             &[(3000, 50), (2000, 40)],
             &[(1000, 50)],
@@ -202,8 +212,9 @@ mod tests {
             &[(2000, 9), (3000, 8), (4000, 7), (5000, 6)],
         ];
         for entries in bad {
-            assert!(Front::from_entries(entries, 1000, false, 10_000, 100).is_err());
+            assert!(Front::from_entries(&at(entries), 1000, false, 10_000, t(100)).is_err());
         }
-        assert!(Front::from_entries(&[(1000, 50)], 1000, true, 10_000, 100).is_ok());
+        let equal = at(&[(1000, 50)]);
+        assert!(Front::from_entries(&equal, 1000, true, 10_000, t(100)).is_ok());
     }
 }

@@ -5,7 +5,7 @@
 //! `RL.ALL` against each command alone. A kind that gives no sample does not build.
 
 use super::kind::{Kind, Reply};
-use super::{Decision, Millis};
+use super::{Decision, Instant};
 
 /// The longest window most kinds take: 31 days.
 pub const DAY31: u64 = 31 * 24 * 3600 * 1000;
@@ -20,7 +20,7 @@ pub trait Sample: Kind {
     /// windows of 1 ms, a second and the longest, every option with and without, and a
     /// cost among [`cost_word`]'s. Calls with the same `p` share their parameters (and
     /// `p[0]`, `p[1]` pick the parameters, `p[2]` the cost, `p[3]` the options).
-    fn sample_words(p: [u8; 4], now: Millis) -> String;
+    fn sample_words(p: [u8; 4], now: Instant) -> String;
 
     /// What the kind's command answers for `decision` (a lease's id aside): the five
     /// fields, unless its reply has another shape (`CL.THROTTLE`'s).

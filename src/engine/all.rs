@@ -19,7 +19,7 @@ use crate::core::args::{self, lossy};
 use crate::core::error::Error;
 use crate::core::kind::Mode;
 use crate::core::meta::{self, Arg as MetaArg, ArgKind, Info, Keys, Stats};
-use crate::core::Millis;
+use crate::core::Instant;
 use crate::rm::api::{self, Answer, Arg, Count, Handler, ALL_INLINE};
 
 /// Where the keys of a call are (what `COMMAND GETKEYS`, ACLs and cluster routing ask for):
@@ -51,7 +51,7 @@ pub(crate) fn parse<'a, 'c, 'r>(
     ctx: &'c Context,
     words: &[&'a [u8]],
     frames: &'r Frames,
-) -> Result<(Limiters<'a, 'c, 'r>, Option<Millis>), Error> {
+) -> Result<(Limiters<'a, 'c, 'r>, Option<Instant>), Error> {
     let Some(numkeys) = words.get(1) else {
         return Err(Error::Arity);
     };
@@ -76,7 +76,8 @@ pub(crate) fn parse<'a, 'c, 'r>(
             let Some(value) = words.get(at + 1) else {
                 return Err(Error::MissingValue("NOW"));
             };
-            now = Some(args::int(value, "NOW", 0, crate::core::MAX_TIMESTAMP)?);
+            let ms = args::int(value, "NOW", 0, crate::core::MAX_TIMESTAMP.ms())?;
+            now = Some(crate::core::Instant::from_ms(ms));
             if let Some(extra) = words.get(at + 2) {
                 return Err(Error::InvalidWord(
                     "NOW comes once, after the last limiter; then nothing",

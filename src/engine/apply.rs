@@ -207,7 +207,13 @@ impl Handler for Restore {
             key.delete();
             return Ok(Answer::One(Reply::Ok));
         }
-        settle(&key, c"rl.restore", empty_at, 0, None);
+        settle(
+            &key,
+            c"rl.restore",
+            empty_at,
+            crate::core::Duration::ZERO,
+            None,
+        );
         ctx.replicate_verbatim();
         Ok(Answer::One(Reply::Ok))
     }

@@ -12,7 +12,7 @@ use crate::core::effect::{Compact, Line, MAX_WORDS};
 use crate::core::error::Error;
 use crate::core::kind::{Change, Clock, Command, Kind, Mode, Reply};
 use crate::core::meta::Info;
-use crate::core::{Millis, Wait};
+use crate::core::{Duration, Instant, Wait};
 use crate::rm::api::{self, Answer, Arg, Count, Handler};
 use crate::rm::block::{self, Attempt, Pending};
 use crate::rm::key::Key;
@@ -157,7 +157,7 @@ where
 
 /// Propagates the effect of a change: `RL.APPLY key effect` (see `core::effect`), in the
 /// compact form when the command has one.
-fn propagate<C: Command>(ctx: &Context, name: Arg, call: &C::Call<'_>, reply: &Reply, at: Millis) {
+fn propagate<C: Command>(ctx: &Context, name: Arg, call: &C::Call<'_>, reply: &Reply, at: Instant) {
     if C::EFFECT_CODE != 0 {
         let mut compact = Compact::new(C::EFFECT_CODE);
         C::effect(call, reply, at, &mut compact);
@@ -207,12 +207,12 @@ where
     fn attempt(&self, ctx: &Context, name: Arg) -> Attempt {
         let clock = Clock {
             caller: server_now(),
-            lag: 0,
+            lag: Duration::ZERO,
             decided: false,
         };
         match run_at::<C>(ctx, name, &self.call, clock, Mode::Decide) {
             Ok((reply, true)) => match retry_after(&reply) {
-                Some(Wait::Ms(ms)) => Attempt::Later(ms),
+                Some(Wait::For(d)) => Attempt::Later(d.ms()),
                 // Never (not reached: the cost was within the limit when it waited).
                 _ => Attempt::Done(Ok(reply)),
             },
@@ -241,6 +241,6 @@ fn retry_after(reply: &Reply) -> Option<Wait> {
     }
 }
 
-fn server_now() -> Millis {
-    u64::try_from(crate::rm::api::now_ms()).unwrap_or(0)
+fn server_now() -> Instant {
+    crate::rm::api::now()
 }

@@ -1,14 +1,14 @@
 //! The five fields a call of several limiters answers (`RL.ALL`, `RL.HIT`), from each
 //! limiter's decision, and which refusing limiter they come from.
 
-use crate::core::{Decision, Wait};
+use crate::core::{Decision, Duration, Wait};
 
 /// How long a wait is, for comparing: never is the longest.
-fn wait_rank(w: Wait) -> (u8, u64) {
+fn wait_rank(w: Wait) -> (u8, Duration) {
     match w {
-        Wait::None => (0, 0),
-        Wait::Ms(ms) => (1, ms),
-        Wait::Never => (2, 0),
+        Wait::None => (0, Duration::ZERO),
+        Wait::For(d) => (1, d),
+        Wait::Never => (2, Duration::ZERO),
     }
 }
 
@@ -20,10 +20,10 @@ fn wait_rank(w: Wait) -> (u8, u64) {
 /// - allowed: limit and remaining of the limiter with the least remaining (the first on a
 ///   tie), and the longest retry_after among them all (only a leaky bucket asks an allowed
 ///   call to wait, and the caller must wait for it);
-/// - reset_after_ms: the longest, when every limiter is back to empty.
+/// - reset_after: the longest, when every limiter is back to empty.
 pub fn combine(decisions: &[Decision]) -> Decision {
     let allowed = decisions.iter().all(|d| d.allowed);
-    let reset_after_ms = decisions.iter().map(|d| d.reset_after_ms).max();
+    let reset_after = decisions.iter().map(|d| d.reset_after).max();
     let decided = if allowed {
         let least = decisions
             .iter()
@@ -43,11 +43,11 @@ pub fn combine(decisions: &[Decision]) -> Decision {
         limit: 0,
         remaining: 0,
         retry_after: Wait::None,
-        reset_after_ms: 0,
+        reset_after: Duration::ZERO,
     });
     Decision {
         allowed,
-        reset_after_ms: reset_after_ms.unwrap_or(0),
+        reset_after: reset_after.unwrap_or(Duration::ZERO),
         ..d
     }
 }
@@ -84,24 +84,24 @@ mod tests {
             limit,
             remaining,
             retry_after,
-            reset_after_ms,
+            reset_after: Duration::from_ms(reset_after_ms),
         };
         // Allowed: the least remaining, the longest wait (a leaky bucket's), the latest reset.
         let got = combine(&[
             d(true, 10, 3, Wait::None, 500),
             d(true, 5, 1, Wait::None, 100),
-            d(true, 7, 1, Wait::Ms(40), 900),
+            d(true, 7, 1, Wait::For(Duration::from_ms(40)), 900),
         ]);
         assert_eq!(got.as_reply(), [1, 5, 1, 40, 900]);
         // Refused: the refusing limiter with the longest wait; never beats any wait.
         let got = combine(&[
-            d(false, 10, 0, Wait::Ms(700), 800),
-            d(true, 5, 4, Wait::Ms(900), 100),
-            d(false, 3, 0, Wait::Ms(200), 300),
+            d(false, 10, 0, Wait::For(Duration::from_ms(700)), 800),
+            d(true, 5, 4, Wait::For(Duration::from_ms(900)), 100),
+            d(false, 3, 0, Wait::For(Duration::from_ms(200)), 300),
         ]);
         assert_eq!(got.as_reply(), [0, 10, 0, 700, 800]);
         let got = combine(&[
-            d(false, 10, 0, Wait::Ms(700), 800),
+            d(false, 10, 0, Wait::For(Duration::from_ms(700)), 800),
             d(false, 2, 0, Wait::Never, 0),
         ]);
         assert_eq!(got.as_reply(), [0, 2, 0, -1, 800]);

@@ -6,12 +6,12 @@ use redis_module::Context;
 use smallvec::SmallVec;
 
 use super::{catalog, clock, key_arg, replicate_expiry, settle};
-use crate::core::args::{self, Opt, COST, NOW};
+use crate::core::args::{self, COST};
 use crate::core::effect::{Compact, Out};
 use crate::core::error::Error;
 use crate::core::kind::{Clock, Mode, Reply};
 use crate::core::meta::{self, Info, Keys, Stats};
-use crate::core::Millis;
+use crate::core::Instant;
 use crate::rm::api::{self, Answer, Arg, Count, Handler};
 use crate::rm::key::Key;
 
@@ -27,7 +27,7 @@ pub struct KindEntry {
     /// The command that makes keys of the kind.
     pub command: &'static str,
     peek: fn(&mut Key, Clock, u64) -> Result<Reply, Error>,
-    empty_at: fn(&mut Key) -> Result<Option<Millis>, Error>,
+    empty_at: fn(&mut Key) -> Result<Option<Instant>, Error>,
     change: ChangeFn,
 }
 
@@ -49,20 +49,23 @@ impl KindEntry {
 /// The options of `RL.PEEK`, `RL.REFUND` and `RL.CHARGE`.
 pub struct Opts {
     pub cost: u64,
-    pub now: Option<Millis>,
+    pub now: Option<Instant>,
 }
 
-const OPTIONS: [Opt; 2] = [COST, NOW];
+args::option_set! {
+    /// The options of `RL.PEEK`, `RL.REFUND` and `RL.CHARGE` as given.
+    struct Given { cost: COST }
+}
 
 #[inline(always)]
 fn parse(words: &[&[u8]], cost_default: u64) -> Result<(Opts, bool), Error> {
-    let given = args::options(words, &OPTIONS)?;
+    let given = Given::parse(words)?;
     Ok((
         Opts {
-            cost: given[0].map_or(cost_default, args::Value::int),
-            now: given[1].map(args::Value::int),
+            cost: given.cost.map_or(cost_default, args::Value::int),
+            now: given.now(),
         },
-        given[0].is_some(),
+        given.cost.is_some(),
     ))
 }
 
@@ -91,12 +94,12 @@ fn entry(key: &Key) -> Result<Option<&'static KindEntry>, Error> {
     }
 }
 
-fn empty_at_typed<K: Storable>(key: &mut Key) -> Result<Option<Millis>, Error> {
+fn empty_at_typed<K: Storable>(key: &mut Key) -> Result<Option<Instant>, Error> {
     Ok(key.state::<K>()?.and_then(|state| state.empty_time()))
 }
 
 /// When the state the key holds is back to empty (`None`: empty, or a missing key).
-pub fn empty_at(key: &mut Key) -> Result<Option<Millis>, Error> {
+pub fn empty_at(key: &mut Key) -> Result<Option<Instant>, Error> {
     match entry(key)? {
         Some(entry) => (entry.empty_at)(key),
         None => Ok(None),
@@ -108,7 +111,7 @@ fn peek<K: Storable>(key: &mut Key, clock: Clock, cost: u64) -> Result<Reply, Er
         return Ok(Reply::Nil);
     };
     let now = clock.caller;
-    let behind = state.latest_time().saturating_sub(now);
+    let behind = state.latest_time().since(now);
     Ok(Reply::Decision(if cost > 0 {
         // What the kind's command would answer for COST n, its reset included.
         state.peek_cost(now, cost).seen_from_behind(behind)
@@ -140,7 +143,7 @@ fn change<K: Storable>(
         state.refundable()?;
     }
     let now = clock.caller;
-    let behind = state.latest_time().saturating_sub(now);
+    let behind = state.latest_time().since(now);
     if !charge && opts.cost == 0 {
         state.unchanged();
         return Ok(Reply::Decision(state.peek(now).seen_from_behind(behind)));
@@ -186,7 +189,7 @@ fn change<K: Storable>(
             (REFUND_CODE, "RL.REFUND")
         };
         let mut compact = Compact::new(code);
-        compact.option("COST", opts.cost).option("NOW", at);
+        compact.option("COST", opts.cost).now(at);
         match compact.as_bytes() {
             Some(bytes) => api::replicate_effect(ctx, name, bytes),
             None => ctx.log_warning(&format!(
@@ -349,7 +352,8 @@ mod tests {
     #[test]
     fn options_of_peek_refund_and_charge() {
         let (o, has_cost) = parse(&words("COST 3 NOW 5"), 1).unwrap();
-        assert_eq!((o.cost, o.now, has_cost), (3, Some(5), true));
+        let five = crate::core::Instant::from_ms(5);
+        assert_eq!((o.cost, o.now, has_cost), (3, Some(five), true));
         let (o, has_cost) = parse(&[], 0).unwrap();
         assert_eq!((o.cost, o.now, has_cost), (0, None, false));
         assert_eq!(
@@ -357,7 +361,7 @@ mod tests {
             Some(Error::Range {
                 arg: "NOW",
                 min: 0,
-                max: MAX_TIMESTAMP
+                max: MAX_TIMESTAMP.ms()
             })
         );
         assert_eq!(

@@ -17,7 +17,7 @@ use crate::core::args::Grammar;
 use crate::core::effect::{Compact, Line};
 use crate::core::error::Error;
 use crate::core::kind::{Clock, Command, Kind, Mode, Reply};
-use crate::core::{Decision, Millis};
+use crate::core::{Decision, Duration, Instant};
 use crate::rm::api::{self, Arg, ALL_INLINE};
 use crate::rm::arena::Arena;
 use crate::rm::key::Key;
@@ -119,7 +119,7 @@ where
         frames.put(Spec::<C> {
             call,
             new: None,
-            behind: 0,
+            behind: Duration::ZERO,
         })
     }
 
@@ -209,7 +209,7 @@ where
     Ok(Spec::<C> {
         call,
         new: None,
-        behind: 0,
+        behind: Duration::ZERO,
     })
 }
 
@@ -229,16 +229,16 @@ pub trait Limiter<S> {
     /// Its answer at `now`, changing nothing (a reshaped state kept aside), and `Some` error
     /// when, allowed, it could not be recorded. An error for a call refused whatever the
     /// state (a lease id the key cannot take).
-    fn evaluate(&mut self, slot: &mut S, now: Millis) -> Result<(Decision, Option<Error>), Error>;
+    fn evaluate(&mut self, slot: &mut S, now: Instant) -> Result<(Decision, Option<Error>), Error>;
     /// Its answer with no cost: the state as it stands (for a refused call).
-    fn evaluate_free(&mut self, slot: &mut S, now: Millis) -> Result<Decision, Error>;
+    fn evaluate_free(&mut self, slot: &mut S, now: Instant) -> Result<Decision, Error>;
     /// Records it (the call allowed): what it answers, when the state was and is back to
     /// empty, and its latest time; stored in the slot.
-    fn commit(&mut self, slot: &mut S, now: Millis) -> Result<Committed, Error>;
+    fn commit(&mut self, slot: &mut S, now: Instant) -> Result<Committed, Error>;
     /// Its entry in the reply.
     fn entry(&self, decision: Decision, committed: Option<&Reply>) -> Reply;
     /// Writes its effect after a commit.
-    fn effect(&self, committed: &Reply, at: Millis, out: &mut SmallVec<[u8; 32 * ALL_INLINE]>);
+    fn effect(&self, committed: &Reply, at: Instant, out: &mut SmallVec<[u8; 32 * ALL_INLINE]>);
     fn cost(&self) -> u64;
     fn event(&self) -> &'static std::ffi::CStr;
 }
@@ -246,9 +246,9 @@ pub trait Limiter<S> {
 /// What a commit did.
 pub struct Committed {
     pub reply: Reply,
-    pub before: Option<Millis>,
-    pub latest: Millis,
-    pub empty_at: Option<Millis>,
+    pub before: Option<Instant>,
+    pub latest: Instant,
+    pub empty_at: Option<Instant>,
 }
 
 /// A limiter of command `C`.
@@ -256,14 +256,14 @@ struct Spec<'a, C: Command> {
     call: C::Call<'a>,
     /// A state for a missing key, or the stored one reshaped: stored once recorded in.
     new: Option<C::Kind>,
-    behind: u64,
+    behind: Duration,
 }
 
 impl<C: Command, S: Slot> Limiter<S> for Spec<'_, C>
 where
     C::Kind: Storable,
 {
-    fn evaluate(&mut self, slot: &mut S, now: Millis) -> Result<(Decision, Option<Error>), Error> {
+    fn evaluate(&mut self, slot: &mut S, now: Instant) -> Result<(Decision, Option<Error>), Error> {
         let held = slot.state::<C::Kind>()?;
         if let Some(state) = held.as_deref() {
             C::check(state, &self.call, now)?;
@@ -277,7 +277,7 @@ where
             (None, None) => return Err(Error::Internal(C::INFO.name)),
         };
         let latest = state.latest_time();
-        self.behind = latest.saturating_sub(now);
+        self.behind = latest.since(now);
         let d = C::evaluate(state, &self.call, now).seen_from_behind(self.behind);
         let unfit = match (d.allowed, C::cost(&self.call)) {
             (true, 1..) => C::fits(state, &self.call, now).err(),
@@ -286,7 +286,7 @@ where
         Ok((d, unfit))
     }
 
-    fn evaluate_free(&mut self, slot: &mut S, now: Millis) -> Result<Decision, Error> {
+    fn evaluate_free(&mut self, slot: &mut S, now: Instant) -> Result<Decision, Error> {
         let held = slot.state::<C::Kind>()?;
         let state = match (&self.new, held.as_deref()) {
             (Some(new), _) => new,
@@ -296,7 +296,7 @@ where
         Ok(C::evaluate_free(state, &self.call, now).seen_from_behind(self.behind))
     }
 
-    fn commit(&mut self, slot: &mut S, now: Millis) -> Result<Committed, Error> {
+    fn commit(&mut self, slot: &mut S, now: Instant) -> Result<Committed, Error> {
         if let Some(mut new) = self.new.take() {
             let reply = C::commit(&mut new, &self.call, now).ok_or(Error::Internal("RL.ALL"))?;
             let (latest, empty_at) = (new.latest_time(), new.empty_time());
@@ -323,7 +323,7 @@ where
         C::entry(decision, committed)
     }
 
-    fn effect(&self, committed: &Reply, at: Millis, out: &mut SmallVec<[u8; 32 * ALL_INLINE]>) {
+    fn effect(&self, committed: &Reply, at: Instant, out: &mut SmallVec<[u8; 32 * ALL_INLINE]>) {
         if C::EFFECT_CODE != 0 {
             let mut compact = Compact::new(C::EFFECT_CODE);
             C::effect(&self.call, committed, at, &mut compact);
@@ -412,7 +412,7 @@ pub(crate) fn run_limiters<'c>(
     let mut bytes: SmallVec<[u8; 32 * ALL_INLINE]> = SmallVec::new();
     // Each changed key: its effect's length in `bytes`, how long after its state's empty
     // time it lives, and its expiry.
-    type Changed = (Arg, usize, Millis, Option<Millis>);
+    type Changed = (Arg, usize, Duration, Option<Instant>);
     let mut changes: SmallVec<[Changed; ALL_INLINE]> = SmallVec::new();
     for (((l, key), c), &name) in limiters
         .iter()
@@ -468,7 +468,7 @@ pub struct Outcome {
 pub fn decide<S: Slot>(
     limiters: &mut [&mut (dyn Limiter<S> + '_)],
     slots: &mut [S],
-    now: Millis,
+    now: Instant,
 ) -> Result<Outcome, (usize, Error)> {
     let mut decisions: SmallVec<[Decision; ALL_INLINE]> = SmallVec::new();
     let mut unfit = None;

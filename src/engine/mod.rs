@@ -54,8 +54,8 @@ use redis_module::{Context, ContextFlags};
 
 use crate::core::error::Error;
 use crate::core::kind::{Clock, Command, Mode, Reply};
-use crate::core::Millis;
-use crate::rm::api::{self, now_ms, Acl, Arg, Handler};
+use crate::core::{Duration, Instant};
+use crate::rm::api::{self, Acl, Arg, Handler};
 use crate::rm::key::Key;
 
 pub use generic::KindEntry;
@@ -214,15 +214,15 @@ pub fn effect_command(code: u8) -> Option<&'static str> {
 /// Reads the clock for a call with `now` as its `NOW`, refusing a `NOW` further ahead of
 /// the server clock than `ratelimit.now-max-ahead-ms` allows (never for a command that was
 /// decided already).
-pub fn clock(ctx: &Context, now: Option<Millis>, mode: Mode) -> Result<Clock, Error> {
-    let server = u64::try_from(now_ms()).unwrap_or(0);
+pub fn clock(ctx: &Context, now: Option<Instant>, mode: Mode) -> Result<Clock, Error> {
+    let server = api::now();
     // An effect from a client (not from the primary or the AOF) is bounded like any NOW.
     let caller = match (now, mode) {
         (Some(caller), _) => caller,
         (None, Mode::Decide) => {
             return Ok(Clock {
                 caller: server,
-                lag: 0,
+                lag: Duration::ZERO,
                 decided: false,
             })
         }
@@ -231,12 +231,12 @@ pub fn clock(ctx: &Context, now: Option<Millis>, mode: Mode) -> Result<Clock, Er
     if applying_decided(ctx) {
         return Ok(Clock {
             caller,
-            lag: 0,
+            lag: Duration::ZERO,
             decided: true,
         });
     }
     if let Some(max_ms) = config::now_max_ahead_ms() {
-        let ahead_ms = caller.saturating_sub(server);
+        let ahead_ms = caller.since(server).ms();
         if ahead_ms > max_ms {
             return Err(Error::NowAhead { ahead_ms, max_ms });
         }
@@ -244,8 +244,8 @@ pub fn clock(ctx: &Context, now: Option<Millis>, mode: Mode) -> Result<Clock, Er
     // An effect gets the expiry its state gives, whatever this server's clock: the one it
     // gets on replicas and from the AOF, which apply it as it is.
     let lag = match mode {
-        Mode::Decide => server.saturating_sub(caller),
-        Mode::Apply | Mode::Check => 0,
+        Mode::Decide => server.since(caller),
+        Mode::Apply | Mode::Check => Duration::ZERO,
     };
     Ok(Clock {
         caller,
@@ -297,10 +297,10 @@ pub fn key_arg(args: &[Arg]) -> Result<Arg, Error> {
 pub fn settle(
     key: &Key,
     event: &CStr,
-    empty_at: Option<Millis>,
-    lag: Millis,
-    before: Option<Millis>,
-) -> Option<Millis> {
+    empty_at: Option<Instant>,
+    lag: Duration,
+    before: Option<Instant>,
+) -> Option<Instant> {
     let expiry = empty_at.map(|at| at.saturating_add(lag));
     match expiry {
         Some(at) if expiry != before || key.expires_at() != expiry => key.expire_at(at),
@@ -317,8 +317,8 @@ pub fn settle(
 
 /// Propagates the key's absolute expiry when it is not the state's own empty time (`lag`
 /// above 0, see [`settle`]): replicas and the AOF compute that one themselves.
-pub fn replicate_expiry(ctx: &Context, name: Arg, lag: Millis, expiry: Option<Millis>) {
-    if let (true, Some(at)) = (lag > 0, expiry) {
+pub fn replicate_expiry(ctx: &Context, name: Arg, lag: Duration, expiry: Option<Instant>) {
+    if let (true, Some(at)) = (!lag.is_zero(), expiry) {
         api::replicate_expire_at(ctx, name, at);
     }
 }

@@ -8,7 +8,7 @@ use crate::core::effect::Out;
 use crate::core::error::Error;
 use crate::core::kind::{Change, Clock, Command, Mode, Ran, Rate, RateCall, Reply};
 use crate::core::meta::Info;
-use crate::core::{Decision, Millis};
+use crate::core::{Decision, Instant};
 
 /// The command of rate limiter `K` (`RL.TOKEN key limit window_ms ...`).
 pub struct RateCommand<K>(PhantomData<K>);
@@ -34,7 +34,7 @@ impl<K: Rate> Command for RateCommand<K> {
     }
 
     #[inline(always)]
-    fn now(call: &RateCall<K::Args>) -> Option<Millis> {
+    fn now(call: &RateCall<K::Args>) -> Option<Instant> {
         call.now
     }
 
@@ -73,7 +73,7 @@ impl<K: Rate> Command for RateCommand<K> {
             },
             None => (created.insert(K::fresh(&call.params)), false),
         };
-        let behind = limiter.latest().saturating_sub(clock.caller);
+        let behind = limiter.latest().since(clock.caller);
         let now = clock.caller;
         let decision = limiter.evaluate(now, p, cost).seen_from_behind(behind);
         // Decided elsewhere: an effect, or a command of the older form (which always
@@ -110,13 +110,13 @@ impl<K: Rate> Command for RateCommand<K> {
     /// The parameters as the client wrote them, the options that are not their defaults,
     /// `COST` unless 1, and `NOW` at the decision time.
     #[inline(always)]
-    fn effect<O: Out>(call: &RateCall<K::Args>, _reply: &Reply, at: Millis, out: &mut O) {
+    fn effect<O: Out>(call: &RateCall<K::Args>, _reply: &Reply, at: Instant, out: &mut O) {
         K::write_call(call, out);
-        out.option("NOW", at);
+        out.now(at);
     }
 
     /// Not reached: a rate limiter never waits.
-    fn refusal(state: Option<&K>, call: &RateCall<K::Args>, now: Millis) -> Reply {
+    fn refusal(state: Option<&K>, call: &RateCall<K::Args>, now: Instant) -> Reply {
         let d = match state {
             Some(l) => l.evaluate(now, K::params(&call.params), call.cost),
             None => K::fresh(&call.params).evaluate(now, K::params(&call.params), call.cost),
@@ -131,26 +131,26 @@ impl<K: Rate> Command for RateCommand<K> {
         Some(K::fresh(&call.params))
     }
 
-    fn reshaped(state: &K, call: &RateCall<K::Args>, now: Millis) -> Option<K> {
+    fn reshaped(state: &K, call: &RateCall<K::Args>, now: Instant) -> Option<K> {
         state.reshaped(now, K::params(&call.params))
     }
 
-    fn evaluate(state: &K, call: &RateCall<K::Args>, now: Millis) -> Decision {
+    fn evaluate(state: &K, call: &RateCall<K::Args>, now: Instant) -> Decision {
         state.evaluate(now, K::params(&call.params), call.cost)
     }
 
-    fn evaluate_free(state: &K, call: &RateCall<K::Args>, now: Millis) -> Decision {
+    fn evaluate_free(state: &K, call: &RateCall<K::Args>, now: Instant) -> Decision {
         state.evaluate(now, K::params(&call.params), 0)
     }
 
-    fn fits(state: &K, call: &RateCall<K::Args>, now: Millis) -> Result<(), Error> {
+    fn fits(state: &K, call: &RateCall<K::Args>, now: Instant) -> Result<(), Error> {
         match state.can_record(now, K::params(&call.params), call.cost) {
             true => Ok(()),
             false => Err(Error::DoesNotFit),
         }
     }
 
-    fn commit(state: &mut K, call: &RateCall<K::Args>, now: Millis) -> Option<Reply> {
+    fn commit(state: &mut K, call: &RateCall<K::Args>, now: Instant) -> Option<Reply> {
         state
             .record(now, K::params(&call.params), call.cost)
             .then_some(Reply::Ok)

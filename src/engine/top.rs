@@ -20,8 +20,8 @@ static WITHOUT_POLICY: Shared = Mutex::new(None);
 
 /// Counts a refusal of `name` (a subject, or a key) in `sketch`, at the server's time.
 pub fn record(sketch: &Shared, name: &[u8]) {
-    let now = u64::try_from(api::now_ms()).unwrap_or(0);
-    let window = config::top_window_ms();
+    let now = api::now();
+    let window = crate::core::Duration::from_ms(config::top_window_ms());
     let mut held = sketch.lock().unwrap_or_else(PoisonError::into_inner);
     held.get_or_insert_with(Sketch::boxed)
         .record(name, now, window);
@@ -36,8 +36,8 @@ pub fn refused_key(name: &[u8]) {
 
 /// The `count` names `sketch` counts most now (see `core::top::Sketch::top`).
 pub fn heaviest(sketch: &Shared, count: usize) -> Vec<Heavy> {
-    let now = u64::try_from(api::now_ms()).unwrap_or(0);
-    let window = config::top_window_ms();
+    let now = api::now();
+    let window = crate::core::Duration::from_ms(config::top_window_ms());
     let held = sketch.lock().unwrap_or_else(PoisonError::into_inner);
     held.as_ref()
         .map(|s| s.top(count, now, window))

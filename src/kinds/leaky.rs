@@ -111,7 +111,7 @@ mod tests {
     use crate::core::args::words;
     use crate::core::kind::Encoding;
     use crate::core::limit::{charge, fuzz};
-    use crate::core::MAX_TIMESTAMP;
+    use crate::core::{Instant, MAX_TIMESTAMP};
     use proptest::prelude::*;
 
     /// Version 1, committed: latest 1000, a debt of 4500 ticks, 4 per second, MAXDELAY 800.
@@ -126,7 +126,7 @@ mod tests {
             burst: 2,
             max_delay_ms: 500,
         };
-        assert_eq!((l.params, l.cost, l.now), (p, 2, Some(9)));
+        assert_eq!((l.params, l.cost, l.now), (p, 2, Some(Instant::from_ms(9))));
         let plain = Leaky::parse(&words("4 1000")).unwrap().params;
         assert_eq!((plain.max_delay_ms, plain.burst), (1000, 1));
         assert_eq!(
@@ -179,7 +179,7 @@ mod tests {
     /// A bucket at the edges: limits from 1 to 2^31 - 1, windows from 1 ms to 31 days,
     /// BURST and MAXDELAY.
     impl crate::core::sample::Sample for Leaky {
-        fn sample_words(p: [u8; 4], _now: crate::core::Millis) -> String {
+        fn sample_words(p: [u8; 4], _now: crate::core::Instant) -> String {
             use crate::core::sample::{cost_word, pick, DAY31};
             let limit = pick(p[0], &[1, 10, MAX_RATE_LIMIT]);
             let window = pick(p[1], &[1, 1000, DAY31]);

@@ -100,7 +100,7 @@ mod tests {
     use crate::core::kind::{Compact, Encoding};
     use crate::core::limit::charge::T0;
     use crate::core::limit::{fuzz, Limit};
-    use crate::core::MAX_TIMESTAMP;
+    use crate::core::{Instant, MAX_TIMESTAMP};
     use proptest::prelude::*;
 
     /// Version 1, committed: latest 1000, a debt of 4500 ticks.
@@ -117,7 +117,7 @@ mod tests {
         };
         assert_eq!((t.params, t.cost, t.now), (p, 1, None));
         let t = Token::parse(&words("4 1000 burst 2 COST 3 NOW 9")).unwrap();
-        assert_eq!((t.params.burst, t.cost, t.now), (2, 3, Some(9)));
+        assert_eq!((t.params.burst, t.cost, t.now), (2, 3, Some(Instant::from_ms(9))));
         for (line, want) in [
             ("4 1000 MAXDELAY 5", Error::UnknownOption("MAXDELAY".into())),
             ("4 1000 ALIGN", Error::UnknownOption("ALIGN".into())),
@@ -146,7 +146,7 @@ mod tests {
             burst: 5,
             max_delay_ms: 0,
         };
-        assert_eq!((t.0.params(), t.0.latest(), t.0.debt()), (p, 1000, 4500));
+        assert_eq!((t.0.params(), t.0.latest(), t.0.debt()), (p, Instant::from_ms(1000), 4500));
         let mut out = Vec::new();
         t.encode(&mut out);
         assert_eq!(out, [232, 7, 148, 35, 10, 232, 7, 5]);
@@ -166,7 +166,7 @@ mod tests {
             max_delay_ms: 0,
         };
         let mut t = Token::fresh(&p);
-        t.acquire(1_700_000_000_000, &p, 3);
+        t.acquire(Instant::from_ms(1_700_000_000_000), &p, 3);
         let (set, latest, debt) = t.pack().unwrap();
         assert_eq!(Token::unpack(set, latest, debt), t);
         let (mut whole, mut parts) = (Vec::new(), Vec::new());
@@ -215,7 +215,7 @@ mod tests {
     /// A bucket at the edges: limits from 1 to 2^31 - 1, windows from 1 ms to 31 days,
     /// BURST.
     impl crate::core::sample::Sample for Token {
-        fn sample_words(p: [u8; 4], _now: crate::core::Millis) -> String {
+        fn sample_words(p: [u8; 4], _now: crate::core::Instant) -> String {
             use crate::core::sample::{cost_word, pick, DAY31};
             let limit = pick(p[0], &[1, 10, MAX_RATE_LIMIT]);
             let window = pick(p[1], &[1, 1000, DAY31]);

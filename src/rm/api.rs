@@ -14,4 +14,4 @@ pub use super::replicate::{replicate_effect, replicate_effects, replicate_expire
 pub use super::reply::{
     allowed, info_field, reply, reply_all, reply_error, reply_hit, Answer, ALL_INLINE,
 };
-pub use super::server::now_ms;
+pub use super::server::{now, now_ms};

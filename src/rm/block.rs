@@ -23,10 +23,10 @@ use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use redis_module::{raw, Context, ContextFlags};
 
-use super::api::{self, now_ms, Arg, Count};
+use super::api::{self, Arg, Count};
 use crate::core::error::Error;
 use crate::core::kind::Reply;
-use crate::core::Millis;
+use crate::core::{Duration, Instant};
 
 /// What trying a waiting call again gave.
 pub enum Attempt {
@@ -61,7 +61,7 @@ struct Waiter {
 struct Queue {
     waiters: VecDeque<Waiter>,
     /// The timer that serves the queue next, and when it fires.
-    wake: Option<(api::TimerId, Millis)>,
+    wake: Option<(api::TimerId, Instant)>,
 }
 
 type QueueKey = (i32, Vec<u8>);
@@ -116,8 +116,8 @@ struct Outcome {
     counters: &'static dyn Count,
 }
 
-fn server_now() -> Millis {
-    u64::try_from(now_ms()).unwrap_or(0)
+fn server_now() -> Instant {
+    api::now()
 }
 
 /// Blocks the caller behind the key `name`'s waiters (of database `db`) until `call` is
@@ -292,7 +292,7 @@ fn set_wake(ctx: &Context, key: &QueueKey, ms: Option<u64>) {
                 (stop, None)
             }
             Some(ms) => match queue.wake {
-                Some((_, at)) if at <= now + ms => (None, None),
+                Some((_, at)) if at <= now + Duration::from_ms(ms) => (None, None),
                 old => (old.map(|(t, _)| t), Some(ms)),
             },
             None => (None, None),
@@ -310,7 +310,7 @@ fn set_wake(ctx: &Context, key: &QueueKey, ms: Option<u64>) {
         match api::create_timer(ctx, ms, Some(on_wake), data) {
             Some(t) => {
                 if let Some(q) = waiting().queues.get_mut(key) {
-                    q.wake = Some((t, now + ms));
+                    q.wake = Some((t, now + Duration::from_ms(ms)));
                 }
             }
             // SAFETY: no timer took the box.

@@ -10,7 +10,7 @@ use super::api::{now_ms, Arg};
 use super::datatype::LIMITER_TYPE;
 use super::storage::{self, Held, MaybeBlock, MaybeCompact, Raw, Stored};
 use crate::core::error::Error;
-use crate::core::Millis;
+use crate::core::Instant;
 
 /// An open key, closed on drop.
 pub struct Key<'a> {
@@ -160,8 +160,8 @@ impl<'a> Key<'a> {
 
     /// Makes the key expire at `at`, an absolute Unix time in milliseconds, so that replicas
     /// and the AOF get the same moment whatever their own clocks say.
-    pub fn expire_at(&self, at: Millis) {
-        let at = i64::try_from(at).unwrap_or(i64::MAX);
+    pub fn expire_at(&self, at: Instant) {
+        let at = i64::try_from(at.ms()).unwrap_or(i64::MAX);
         // SAFETY: the key is open for writing and holds a value.
         unsafe {
             if let Some(set_abs) = raw::RedisModule_SetAbsExpire {
@@ -175,7 +175,7 @@ impl<'a> Key<'a> {
 
     /// The key's absolute expiry in Unix milliseconds, `None` when it has none (after
     /// `PERSIST`, say) or is missing.
-    pub fn expires_at(&self) -> Option<Millis> {
+    pub fn expires_at(&self) -> Option<Instant> {
         // SAFETY: the key is open.
         let at = unsafe {
             if let Some(get_abs) = raw::RedisModule_GetAbsExpire {
@@ -189,7 +189,7 @@ impl<'a> Key<'a> {
                 -1
             }
         };
-        u64::try_from(at).ok()
+        u64::try_from(at).ok().map(Instant::from_ms)
     }
 
     /// Deletes the key, as UNLINK does: a big value (a log of many records, see the type's

@@ -95,12 +95,12 @@ pub fn replicate_effects(ctx: &Context, changes: &[(Arg, &[u8])]) {
 }
 
 /// Propagates `PEXPIREAT key at` to replicas and the AOF.
-pub fn replicate_expire_at(ctx: &Context, key: Arg, at: u64) {
+pub fn replicate_expire_at(ctx: &Context, key: Arg, at: crate::core::Instant) {
     // SAFETY: reading the API function pointer the server filled in at load time.
     let Some(rep) = (unsafe { raw::RedisModule_Replicate }) else {
         return;
     };
-    let at = c_longlong::try_from(at).unwrap_or(c_longlong::MAX);
+    let at = c_longlong::try_from(at.ms()).unwrap_or(c_longlong::MAX);
     // SAFETY: the format takes a live string (the command's key argument) and a long long.
     unsafe {
         rep(

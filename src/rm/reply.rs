@@ -180,7 +180,7 @@ pub fn reply_hit(ctx: &Context, d: &Decision, refused_by: Option<&[u8]>, each: &
     }
 }
 
-/// Replies `[allowed, limit, remaining, retry_after_ms, reset_after_ms, lease-id]`, the id
+/// Replies `[allowed, limit, remaining, retry_after_ms, reset_after, lease-id]`, the id
 /// nil when there is none.
 pub fn reply_lease(ctx: *mut raw::RedisModuleCtx, d: &Decision, id: Option<&[u8]>) {
     // SAFETY: ctx is a context that may reply (a command's, or a blocked client's reply

@@ -215,3 +215,8 @@ pub fn now_ms() -> i64 {
     // SAFETY: Milliseconds takes no arguments and exists on every supported server.
     unsafe { raw::RedisModule_Milliseconds.map_or(0, |f| f()) }
 }
+
+/// The server's clock.
+pub fn now() -> crate::core::Instant {
+    crate::core::Instant::from_ms(u64::try_from(now_ms()).unwrap_or(0))
+}

@@ -10,14 +10,14 @@ use std::sync::OnceLock;
 
 use crate::core::kind::{Change, Clock, Command, Mode, Reply};
 use crate::core::sample::Sample;
-use crate::core::{Decision, Millis, MAX_TIMESTAMP};
+use crate::core::{Decision, Instant, MAX_TIMESTAMP};
 use crate::engine::call::Storable;
 use crate::engine::combine::combine;
 use crate::engine::limiters::{decide, limiter, Limiter, Slot};
 use crate::engine::Visit;
 use crate::kinds::token::Token;
 
-const T0: Millis = 1_700_000_000_000;
+const T0: Instant = Instant::from_ms(1_700_000_000_000);
 
 /// A key of the test's store.
 #[derive(Clone, Debug, Default)]
@@ -54,7 +54,7 @@ trait Case {
     fn limiter(&self) -> Box<dyn Limiter<Held> + 'static>;
     /// The key's own command on `held` at `now` (with `COST 0` when `peek`): the state it
     /// leaves when it changed it, and its reply; an error as the command answers it.
-    fn single(&self, held: &Held, now: Millis, peek: bool) -> Single;
+    fn single(&self, held: &Held, now: Instant, peek: bool) -> Single;
     /// What the key's own command answers for a decision of it.
     fn reply(&self, d: Decision) -> Reply;
 }
@@ -89,7 +89,7 @@ where
         limiter::<C, Held>(&self.words).expect("the limiter parses")
     }
 
-    fn single(&self, held: &Held, now: Millis, peek: bool) -> Single {
+    fn single(&self, held: &Held, now: Instant, peek: bool) -> Single {
         let mut call = C::parse(&self.words, false)?;
         if peek {
             C::set_cost(&mut call, 0);
@@ -100,7 +100,7 @@ where
             .and_then(|s| s.as_any().downcast_ref::<C::Kind>().cloned());
         let clock = Clock {
             caller: now,
-            lag: 0,
+            lag: crate::core::Duration::ZERO,
             decided: false,
         };
         let ran = C::run(state.as_mut(), &call, clock, Mode::Decide)?;
@@ -121,7 +121,7 @@ where
 /// its command from words.
 struct Kind {
     keyword: &'static str,
-    words: fn([u8; 4], Millis) -> String,
+    words: fn([u8; 4], Instant) -> String,
     case: fn(Vec<&'static [u8]>) -> Box<dyn Case>,
 }
 
@@ -195,7 +195,7 @@ struct Combined {
 fn call(
     keys: &mut [Held],
     cases: &[Box<dyn Case>],
-    now: Millis,
+    now: Instant,
 ) -> Result<Combined, (usize, Error)> {
     let mut boxed: Vec<Box<dyn Limiter<Held>>> = cases.iter().map(|c| c.limiter()).collect();
     let mut limiters: Vec<&mut dyn Limiter<Held>> = boxed.iter_mut().map(|b| &mut **b).collect();
@@ -337,7 +337,7 @@ proptest! {
         let mut now = T0;
         for (variants, step, back) in calls {
             // Time mostly runs on; sometimes a caller is behind.
-            now = if back { now.saturating_sub(step / 4) } else { now + step };
+            now = if back { now.saturating_sub(crate::core::Duration::from_ms(step / 4)) } else { now + step };
             prop_assert!(now <= MAX_TIMESTAMP);
             let lines: Vec<&str> = (0..n).map(|i| keys[i][variants[i]].as_str()).collect();
             let line = lines.join(" ");
@@ -404,7 +404,7 @@ proptest! {
 }
 
 /// Each limiter's event (which says its kind) and cost, and the call's `NOW`.
-type Parsed = (Vec<(&'static str, u64)>, Option<Millis>);
+type Parsed = (Vec<(&'static str, u64)>, Option<Instant>);
 
 /// A call's limiters and `NOW`, as the server parses them.
 fn parsed(line: &str) -> Result<Parsed, Error> {
@@ -426,7 +426,7 @@ fn all_splits_specs_by_kind() {
                 FIXED 7 60000 ALIGN NOW 42";
     let line = line.split_whitespace().collect::<Vec<_>>().join(" ");
     let (each, now) = parsed(&line).unwrap();
-    assert_eq!(now, Some(42));
+    assert_eq!(now, Some(Instant::from_ms(42)));
     assert_eq!(each, [("rl.slide", 2), ("rl.token", 1), ("rl.fixed", 1)]);
     // The parameters each kind's parser took: as the kind's own command takes them.
     let keys = |words: &[&str]| {

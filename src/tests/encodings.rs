@@ -11,7 +11,7 @@ use crate::core::codec::put_varint;
 use crate::core::gcra::{Gcra, Params};
 use crate::core::kind::{Encoding, Kind};
 use crate::core::limit::Limit;
-use crate::core::{Millis, MAX_TIMESTAMP};
+use crate::core::{Instant, MAX_TIMESTAMP};
 use crate::engine::call::Storable;
 use crate::kinds::fixed::{self, FixedWindow};
 use crate::kinds::leaky::Leaky;
@@ -33,7 +33,7 @@ fn reads_the_committed_version_1_buckets() {
         max_delay_ms: 0,
     };
     let g = &token.0;
-    assert_eq!((g.params(), g.latest(), g.debt()), (p, 1000, 4500));
+    assert_eq!((g.params(), g.latest(), g.debt()), (p, t(1000), 4500));
     assert_eq!(encode(&token), TOKEN_V3);
     let leaky = decode(LEAKY_V1).unwrap();
     assert_eq!(leaky.code(), Leaky::CODE);
@@ -48,9 +48,9 @@ fn reads_the_committed_version_1_buckets() {
 fn reads_the_committed_version_1_fixed_window() {
     crate::install();
     let w: FixedWindow = decode_as(FIXED_V1).unwrap();
-    assert_eq!((w.end(), w.count_at(1000)), (61_000, 3));
+    assert_eq!((w.end(), w.count_at(t(1000))), (t(61_000), 3));
     assert!(w.params().align);
-    assert_eq!(Kind::peek(&w, 1000).as_reply(), [1, 10, 7, 0, 60_000]);
+    assert_eq!(Kind::peek(&w, t(1000)).as_reply(), [1, 10, 7, 0, 60_000]);
     assert_eq!(encode(&w), FIXED_V3);
     let mut bad = FIXED_V1.to_vec();
     *bad.last_mut().unwrap() = 2;
@@ -66,12 +66,12 @@ fn reads_the_committed_version_1_sub_interval_window() {
         resolution_ms: 250,
     };
     let mut w = SubWindow::new(&p);
-    w.acquire(300, &p, 2);
-    w.acquire(1000, &p, 3);
+    w.acquire(t(300), &p, 2);
+    w.acquire(t(1000), &p, 3);
     let loaded = decode(SUBWIN_V1).unwrap();
     assert_eq!(loaded.bytes(), SUBWIN_V3);
     assert_eq!(encode(&w), SUBWIN_V3);
-    assert_eq!(loaded.peek(1000).as_reply(), [1, 10, 5, 0, 1249]);
+    assert_eq!(loaded.peek(t(1000)).as_reply(), [1, 10, 5, 0, 1249]);
     // One counter too few, one too many, a shape that does not divide.
     for bad in [&SUBWIN_V1[..13], &[SUBWIN_V1, &[0]].concat()[..]] {
         assert!(refused(bad));
@@ -84,7 +84,7 @@ fn reads_the_committed_version_1_sub_interval_window() {
 #[test]
 fn reads_the_committed_version_2_retentions() {
     crate::install();
-    const T: Millis = 4_102_444_800_000;
+    const T: Instant = Instant::from_ms(4_102_444_800_000);
     let log: SlidingLog = decode_as(SLIDE_V2).unwrap();
     assert_eq!(log.retention(), [(10_000, T + 200)]);
     assert_eq!(log.records().count(), 4);
@@ -99,9 +99,9 @@ fn reads_the_committed_version_2_retentions() {
     assert_eq!(d.as_reply(), [0, 3, 0, 8800, 9950]);
 
     let w: SubWindow = decode_as(SUBWIN_V2).unwrap();
-    assert_eq!(w.retention(), [(10_000, 999)]);
+    assert_eq!(w.retention(), [(10_000, t(999))]);
     assert_eq!(w.params().window_ms, 1000);
-    assert_eq!(Kind::empty_time(&w), Some(10_999));
+    assert_eq!(Kind::empty_time(&w), Some(t(10_999)));
     assert_eq!(encode(&w), SUBWIN_V3_RETAINED);
     assert_eq!(
         TestKey::new(w.clone()).mem_usage(),
@@ -112,7 +112,7 @@ fn reads_the_committed_version_2_retentions() {
         window_ms: 10_000,
         resolution_ms: 1000,
     };
-    assert!(!w.evaluate(2600, &long, 1).allowed);
+    assert!(!w.evaluate(t(2600), &long, 1).allowed);
 }
 
 #[test]
@@ -124,23 +124,24 @@ fn version_2_is_only_for_a_retention() {
         bytes[0] = 2;
         assert!(refused(&bytes), "{bytes:?}");
     }
-    const T: Millis = 4_102_444_800_000;
+    const T: Instant = Instant::from_ms(4_102_444_800_000);
     // Builds a payload with the retention `entries` (`None`: a count of 0).
-    let with = |base: &[u8], head: usize, tail: usize, entries: Option<&[(u64, Millis)]>| {
+    let with = |base: &[u8], head: usize, tail: usize, entries: Option<&[(u64, Instant)]>| {
         let mut bytes = base[..head].to_vec();
         let entries = entries.unwrap_or_default();
         put_varint(&mut bytes, entries.len() as u64);
         for &(w, last) in entries {
             put_varint(&mut bytes, w);
-            put_varint(&mut bytes, last);
+            put_varint(&mut bytes, last.ms());
         }
         bytes.extend_from_slice(&base[tail..]);
         bytes
     };
     let slide = |entries| with(SLIDE_V2, 12, 21, entries);
-    assert_eq!(slide(Some(&[(10_000, T + 200)])), SLIDE_V2);
-    assert!(decode(&slide(Some(&[(5000, T + 200), (10_000, T + 100)]))).is_ok());
-    let bad: [Option<&[(u64, Millis)]>; 8] = [
+    let (one, two) = ([(10_000, T + 200)], [(5000, T + 200), (10_000, T + 100)]);
+    assert_eq!(slide(Some(&one)), SLIDE_V2);
+    assert!(decode(&slide(Some(&two))).is_ok());
+    let bad: [Option<&[(u64, Instant)]>; 8] = [
         // No entry: version 1's to write.
         None,
         // As long as the current window.
@@ -160,14 +161,20 @@ fn version_2_is_only_for_a_retention() {
     }
     // A ring: each entry at least the window; the counters follow the longest.
     let ring = |entries| with(SUBWIN_V2, 9, 14, entries);
-    assert_eq!(ring(Some(&[(10_000, 999)])), SUBWIN_V2);
-    assert!(decode(&ring(Some(&[(1000, 1999), (10_000, 999)]))).is_ok());
-    let bad: [Option<&[(u64, Millis)]>; 5] = [
+    let (one, two) = ([(10_000, t(999))], [(1000, t(1999)), (10_000, t(999))]);
+    assert_eq!(ring(Some(&one)), SUBWIN_V2);
+    assert!(decode(&ring(Some(&two))).is_ok());
+    let bad: [Option<&[(u64, Instant)]>; 5] = [
         None,
-        Some(&[(500, 999)]),
-        Some(&[(20_000, 999)]),
-        Some(&[(10_000, 999), (5000, 1999)]),
-        Some(&[(2000, 4999), (3000, 3999), (4000, 2999), (10_000, 999)]),
+        Some(&[(500, t(999))]),
+        Some(&[(20_000, t(999))]),
+        Some(&[(10_000, t(999)), (5000, t(1999))]),
+        Some(&[
+            (2000, t(4999)),
+            (3000, t(3999)),
+            (4000, t(2999)),
+            (10_000, t(999)),
+        ]),
     ];
     for entries in bad {
         assert!(refused(&ring(entries)), "{entries:?}");
@@ -266,7 +273,7 @@ fn within_20_bytes<K: Storable>(state: K) {
 #[test]
 fn version_3_keeps_small_states_within_20_bytes() {
     crate::install();
-    const T: Millis = 4_102_444_800_000;
+    const T: Instant = Instant::from_ms(4_102_444_800_000);
     let day = 86_400_000;
     let rate = Params {
         limit: 100,
@@ -317,7 +324,7 @@ fn version_3_is_canonical() {
     crate::install();
     // A fixed window that ended before its latest call.
     let past: FixedWindow = decode_as(FIXED_V3_PAST).unwrap();
-    assert_eq!((Kind::latest_time(&past), past.end()), (2500, 2000));
+    assert_eq!((Kind::latest_time(&past), past.end()), (t(2500), t(2000)));
     assert_eq!(encode(&past), FIXED_V3_PAST);
     // A leaky bucket's default delay is written 0, never as itself plus one.
     let leaky: Leaky = decode_as(LEAKY_V3_DEFAULT).unwrap();
@@ -353,7 +360,7 @@ fn version_3_is_canonical() {
     assert!(refused(&early));
     // A sliding log's oldest record cannot be before time 0.
     let mut log = SLIDE_V3[..18].to_vec();
-    put_varint(&mut log, T0 + 302);
+    put_varint(&mut log, (T0 + 302).ms());
     log.extend_from_slice(&SLIDE_V3[20..]);
     assert!(refused(&log));
     let mut log = SLIDE_V3[..18].to_vec();
@@ -372,17 +379,17 @@ fn the_stack_encoding_is_the_encoding() {
         (
             Token::VERSION,
             Token::CODE,
-            &[MAX_TIMESTAMP, u64::MAX, 1, 1, 1][..],
+            &[MAX_TIMESTAMP.ms(), u64::MAX, 1, 1, 1][..],
         ),
         (
             Leaky::VERSION,
             Leaky::CODE,
-            &[MAX_TIMESTAMP, u64::MAX, 1, 2, 1, 1][..],
+            &[MAX_TIMESTAMP.ms(), u64::MAX, 1, 2, 1, 1][..],
         ),
         (
             FixedWindow::VERSION,
             FixedWindow::CODE,
-            &[MAX_TIMESTAMP, (1 << 45) - 1, 0, 1, 1, 0][..],
+            &[MAX_TIMESTAMP.ms(), (1 << 45) - 1, 0, 1, 1, 0][..],
         ),
     ] {
         let mut wide = vec![version, code];

@@ -16,13 +16,18 @@ use crate::core::error::Error;
 use crate::core::kind::{Change, Clock, Command, Kind, Mode};
 use crate::core::limit::Limit;
 use crate::core::sample::Sample;
-use crate::core::{Decision, Millis};
+use crate::core::{Decision, Duration, Instant};
 use crate::engine::call::Storable;
 use crate::engine::Visit;
 use crate::kinds::slide::{SlidingLog, Window};
 use crate::rm::storage::TestKey;
 
-pub const T0: Millis = 1_700_000_000_000;
+pub const T0: Instant = Instant::from_ms(1_700_000_000_000);
+
+/// The instant `ms` milliseconds after the epoch.
+pub fn t(ms: u64) -> Instant {
+    Instant::from_ms(ms)
+}
 
 /// A log of 5 per second and 100 per minute, five calls in.
 pub fn sample() -> SlidingLog {
@@ -164,7 +169,7 @@ where
             };
             let clock = Clock {
                 caller: now,
-                lag: 0,
+                lag: Duration::ZERO,
                 decided: false,
             };
             match C::run(held.as_mut(), &call, clock, Mode::Decide).map(|r| r.change) {
@@ -193,10 +198,10 @@ pub trait AnyState: Debug {
     fn version(&self) -> u8;
     /// Its canonical encoding ([`encode`]).
     fn bytes(&self) -> Vec<u8>;
-    fn latest(&self) -> Millis;
-    fn empty_at(&self) -> Option<Millis>;
-    fn peek(&self, now: Millis) -> Decision;
-    fn refund(&mut self, now: Millis, units: u64) -> Result<Decision, Error>;
+    fn latest(&self) -> Instant;
+    fn empty_at(&self) -> Option<Instant>;
+    fn peek(&self, now: Instant) -> Decision;
+    fn refund(&mut self, now: Instant, units: u64) -> Result<Decision, Error>;
     /// A key holding a copy of it.
     fn stored(&self) -> TestKey;
 }
@@ -211,16 +216,16 @@ impl<K: Storable> AnyState for K {
     fn bytes(&self) -> Vec<u8> {
         encode(self)
     }
-    fn latest(&self) -> Millis {
+    fn latest(&self) -> Instant {
         Kind::latest_time(self)
     }
-    fn empty_at(&self) -> Option<Millis> {
+    fn empty_at(&self) -> Option<Instant> {
         Kind::empty_time(self)
     }
-    fn peek(&self, now: Millis) -> Decision {
+    fn peek(&self, now: Instant) -> Decision {
         Kind::peek(self, now)
     }
-    fn refund(&mut self, now: Millis, units: u64) -> Result<Decision, Error> {
+    fn refund(&mut self, now: Instant, units: u64) -> Result<Decision, Error> {
         Kind::refund(self, now, units)
     }
     fn stored(&self) -> TestKey {

@@ -19,7 +19,7 @@ use std::fmt::Debug;
 
 use crate::core::error::Error;
 use crate::core::kind::Kind;
-use crate::core::{Decision, Millis};
+use crate::core::{Decision, Instant};
 use crate::engine::call::Storable;
 
 /// A key's state, whatever its kind.
@@ -31,11 +31,11 @@ pub trait State: Debug {
     fn boxed(&self) -> Box<dyn State>;
     /// Its encoding, version and kind bytes first (what RDB holds).
     fn bytes(&self) -> Vec<u8>;
-    fn empty_at(&self) -> Option<Millis>;
-    fn latest(&self) -> Millis;
-    fn charge(&mut self, now: Millis, units: u64) -> Result<Option<Decision>, Error>;
-    fn can_charge(&self, now: Millis, units: u64) -> Result<bool, Error>;
-    fn refund(&mut self, now: Millis, units: u64) -> Result<Decision, Error>;
+    fn empty_at(&self) -> Option<Instant>;
+    fn latest(&self) -> Instant;
+    fn charge(&mut self, now: Instant, units: u64) -> Result<Option<Decision>, Error>;
+    fn can_charge(&self, now: Instant, units: u64) -> Result<bool, Error>;
+    fn refund(&mut self, now: Instant, units: u64) -> Result<Decision, Error>;
     /// Its encodings through every form a key gives it.
     fn through_keys(&self) -> Result<Vec<Vec<u8>>, String>;
 }
@@ -58,19 +58,19 @@ impl<K: Storable> State for K {
         self.encode(&mut out);
         out
     }
-    fn empty_at(&self) -> Option<Millis> {
+    fn empty_at(&self) -> Option<Instant> {
         Kind::empty_time(self)
     }
-    fn latest(&self) -> Millis {
+    fn latest(&self) -> Instant {
         Kind::latest_time(self)
     }
-    fn charge(&mut self, now: Millis, units: u64) -> Result<Option<Decision>, Error> {
+    fn charge(&mut self, now: Instant, units: u64) -> Result<Option<Decision>, Error> {
         Kind::charge(self, now, units)
     }
-    fn can_charge(&self, now: Millis, units: u64) -> Result<bool, Error> {
+    fn can_charge(&self, now: Instant, units: u64) -> Result<bool, Error> {
         Kind::can_charge(self, now, units)
     }
-    fn refund(&mut self, now: Millis, units: u64) -> Result<Decision, Error> {
+    fn refund(&mut self, now: Instant, units: u64) -> Result<Decision, Error> {
         Kind::refund(self, now, units)
     }
     fn through_keys(&self) -> Result<Vec<Vec<u8>>, String> {

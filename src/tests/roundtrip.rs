@@ -28,19 +28,19 @@ use crate::core::effect::{self, Compact, Line, Words};
 use crate::core::error::Error;
 use crate::core::kind::{Change, Clock, Command, Kind, Mode, Reply};
 use crate::core::sample::{Sample, DAY31, SEQ_END};
-use crate::core::{Decision, Millis, MAX_TIMESTAMP};
+use crate::core::{Decision, Duration, Instant, MAX_TIMESTAMP};
 use crate::engine::call::Storable;
 use crate::engine::Visit;
 use crate::kinds::lease::{sample_id as lease_id, Extend, Leases, Release};
 
-const T0: Millis = 1_700_000_000_000;
+const T0: Instant = Instant::from_ms(1_700_000_000_000);
 /// Keys the calls pick from: a key's kind is its number's, modulo the number of kinds.
 const KEYS: u8 = 16;
 
 /// What the round trip does with one of the registry's kinds.
 struct KindCase {
     /// Its sample call's words ([`Sample::sample_words`]).
-    words: fn([u8; 4], Millis) -> String,
+    words: fn([u8; 4], Instant) -> String,
     /// Its command as one of `RL.ALL`'s limiters (`None`: `RL.ALL` does not take it).
     limiter: Option<LimiterFn>,
     /// Its command run alone on a key.
@@ -50,7 +50,7 @@ struct KindCase {
 /// A limiter of `RL.ALL` on a key, from its words.
 type LimiterFn = fn(u8, &[&[u8]]) -> Result<Box<dyn Limiter>, Error>;
 /// A call run alone on a key, at a time: the effect's words, when it changed the key.
-type OwnFn = fn(&mut Db, u8, &[&[u8]], Millis) -> Option<Vec<u8>>;
+type OwnFn = fn(&mut Db, u8, &[&[u8]], Instant) -> Option<Vec<u8>>;
 
 /// How a replica applies an effect of a command (its words after the key).
 type ApplyFn = fn(&mut Db, u8, &[&[u8]]) -> Result<(), String>;
@@ -161,7 +161,7 @@ fn settle(db: &mut Db, key: u8) {
 
 /// The effect's words after the key, textual, as the replica receives them (the compact
 /// form, when the command has one, expanded: it must say the same).
-fn effect_of<C: Command>(call: &C::Call<'_>, reply: &Reply, at: Millis) -> Vec<u8> {
+fn effect_of<C: Command>(call: &C::Call<'_>, reply: &Reply, at: Instant) -> Vec<u8> {
     let mut line = Line::new(C::INFO.name);
     C::effect(call, reply, at, &mut line);
     let text = line.as_bytes().expect("the effect fits").to_vec();
@@ -182,7 +182,7 @@ fn effect_of<C: Command>(call: &C::Call<'_>, reply: &Reply, at: Millis) -> Vec<u
 }
 
 /// Runs a call of `C` on the key as its own command does (`engine::call::run_at`).
-fn own_call<C: Command>(db: &mut Db, key: u8, words: &[&[u8]], now: Millis) -> Option<Vec<u8>>
+fn own_call<C: Command>(db: &mut Db, key: u8, words: &[&[u8]], now: Instant) -> Option<Vec<u8>>
 where
     C::Kind: Storable,
 {
@@ -190,7 +190,7 @@ where
     let mut held = typed::<C::Kind>(db, key).ok()?;
     let clock = Clock {
         caller: now,
-        lag: 0,
+        lag: Duration::ZERO,
         decided: false,
     };
     let ran = C::run(held.as_mut(), &call, clock, Mode::Decide).ok()?;
@@ -208,11 +208,11 @@ where
 /// One of `RL.ALL`'s limiters, as `engine::all` runs them.
 trait Limiter {
     fn key(&self) -> u8;
-    fn check(&self, db: &Db, now: Millis) -> Result<(), Error>;
-    fn evaluate(&mut self, db: &Db, now: Millis) -> Result<(Decision, Result<(), Error>), Error>;
+    fn check(&self, db: &Db, now: Instant) -> Result<(), Error>;
+    fn evaluate(&mut self, db: &Db, now: Instant) -> Result<(Decision, Result<(), Error>), Error>;
     fn cost(&self) -> u64;
     /// Records it; the effect's words.
-    fn commit(&mut self, db: &mut Db, now: Millis) -> Result<Vec<u8>, Error>;
+    fn commit(&mut self, db: &mut Db, now: Instant) -> Result<Vec<u8>, Error>;
 }
 
 struct Spec<C: Command> {
@@ -241,21 +241,21 @@ where
         self.key
     }
 
-    fn check(&self, db: &Db, now: Millis) -> Result<(), Error> {
+    fn check(&self, db: &Db, now: Instant) -> Result<(), Error> {
         match typed::<C::Kind>(db, self.key)? {
             Some(state) => C::check(&state, &self.call, now),
             None => Ok(()),
         }
     }
 
-    fn evaluate(&mut self, db: &Db, now: Millis) -> Result<(Decision, Result<(), Error>), Error> {
+    fn evaluate(&mut self, db: &Db, now: Instant) -> Result<(Decision, Result<(), Error>), Error> {
         let held = typed::<C::Kind>(db, self.key)?;
         self.new = match &held {
             Some(state) => C::reshaped(state, &self.call, now),
             None => C::fresh(&self.call),
         };
         let state = self.new.as_ref().or(held.as_ref()).ok_or(Error::Arity)?;
-        let behind = Kind::latest_time(state).saturating_sub(now);
+        let behind = Kind::latest_time(state).since(now);
         let d = C::evaluate(state, &self.call, now).seen_from_behind(behind);
         let fits = match (d.allowed, C::cost(&self.call)) {
             (true, 1..) => C::fits(state, &self.call, now),
@@ -268,7 +268,7 @@ where
         C::cost(&self.call)
     }
 
-    fn commit(&mut self, db: &mut Db, now: Millis) -> Result<Vec<u8>, Error> {
+    fn commit(&mut self, db: &mut Db, now: Instant) -> Result<Vec<u8>, Error> {
         let mut state = match self.new.take() {
             Some(new) => new,
             None => typed::<C::Kind>(db, self.key)?.ok_or(Error::Arity)?,
@@ -287,7 +287,7 @@ fn after_keyword(line: &str) -> Vec<&[u8]> {
 }
 
 /// Runs `op` at `now` on the primary's keys: the effects of what changed.
-fn run(db: &mut Db, op: &Op, now: Millis) -> Vec<(u8, Vec<u8>)> {
+fn run(db: &mut Db, op: &Op, now: Instant) -> Vec<(u8, Vec<u8>)> {
     let mut effects = Vec::new();
     match op {
         Op::Call(specs_of) => {
@@ -412,7 +412,7 @@ where
     let mut held = typed::<C::Kind>(db, key).map_err(|e| e.to_string())?;
     let clock = Clock {
         caller: at,
-        lag: 0,
+        lag: Duration::ZERO,
         decided: false,
     };
     let ran = C::run(held.as_mut(), &call, clock, Mode::Apply)
@@ -446,11 +446,12 @@ fn apply(db: &mut Db, key: u8, effect: &[u8]) -> Result<(), String> {
             let (units, at) = (num(1)?, num(3)?);
             let l = db.get_mut(&key).ok_or("a change on a missing key")?;
             if command == "RL.CHARGE" {
-                l.charge(at, units)
+                l.charge(Instant::from_ms(at), units)
                     .map_err(|e| e.to_string())?
                     .ok_or("the replica refused a charge")?;
             } else {
-                l.refund(at, units).map_err(|e| e.to_string())?;
+                l.refund(Instant::from_ms(at), units)
+                    .map_err(|e| e.to_string())?;
             }
             settle(db, key);
             Ok(())
@@ -492,9 +493,9 @@ proptest! {
         let mut now = T0;
         for (dt, op) in &ops {
             now = match *dt {
-                i64::MAX => MAX_TIMESTAMP - DAY31 - 1000 + now % 1000,
-                dt if dt < 0 => now.saturating_sub(dt.unsigned_abs()),
-                dt => now.saturating_add(dt as u64).min(MAX_TIMESTAMP - DAY31),
+                i64::MAX => MAX_TIMESTAMP - DAY31 - 1000 + now.ms() % 1000,
+                dt if dt < 0 => now.saturating_sub(Duration::from_ms(dt.unsigned_abs())),
+                dt => now.saturating_add(Duration::from_ms(dt as u64)).min(MAX_TIMESTAMP - DAY31),
             };
             for (key, effect) in run(&mut primary, op, now) {
                 let applied = apply(&mut replica, key, &effect);

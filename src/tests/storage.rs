@@ -13,7 +13,7 @@ use crate::core::chunks::class_ceil;
 use crate::core::gcra::{Gcra, Params, MAX_RATE_LIMIT, MAX_WINDOW_MS};
 use crate::core::kind::{Compact, Kind};
 use crate::core::limit::Limit;
-use crate::core::MAX_TIMESTAMP;
+use crate::core::{Instant, MAX_TIMESTAMP};
 use crate::engine::call::Storable;
 use crate::kinds::fixed::{self, FixedWindow};
 use crate::kinds::leaky::Leaky;
@@ -44,14 +44,14 @@ fn one_allocation<K: Storable>(bytes: &[u8], shape: Shape) {
         assert_eq!(key.mem_usage(), VALUE_OBJECT + 16);
     }
     let refund = key
-        .change(|k: &mut K| Kind::refund(k, 1000, 1))
+        .change(|k: &mut K| Kind::refund(k, t(1000), 1))
         .unwrap()
         .unwrap();
     assert_eq!(key.kind_index(), Some(usize::from(K::INDEX)));
     let mut back = key.take::<K>().unwrap();
-    assert_eq!(Kind::peek(&back, 1000), refund);
+    assert_eq!(Kind::peek(&back, t(1000)), refund);
     assert_eq!(
-        Kind::refund(&mut back, 1000, 0).unwrap().remaining,
+        Kind::refund(&mut back, t(1000), 0).unwrap().remaining,
         refund.remaining
     );
 }
@@ -66,12 +66,12 @@ fn every_kind_is_one_allocation_the_key_points_to() {
     };
     let mut key = TestKey::new(SubWindow::new(&p));
     assert_eq!(key.shape(), Shape::Block);
-    key.change(|w: &mut SubWindow| w.acquire(1000, &p, 3))
+    key.change(|w: &mut SubWindow| w.acquire(t(1000), &p, 3))
         .unwrap();
     // The object and module value, and the block in its size class.
     assert_eq!(key.mem_usage(), VALUE_OBJECT + class_ceil(20 + 4 * 5));
-    assert_eq!(key.read(|w: &SubWindow| w.peek(1000).remaining), Some(7));
-    assert_eq!(key.take::<SubWindow>().unwrap().peek(1000).remaining, 7);
+    assert_eq!(key.read(|w: &SubWindow| w.peek(t(1000)).remaining), Some(7));
+    assert_eq!(key.take::<SubWindow>().unwrap().peek(t(1000)).remaining, 7);
     one_allocation::<FixedWindow>(FIXED_V1, Shape::Compact);
     one_allocation::<Token>(TOKEN_V1, Shape::Compact);
     one_allocation::<Leaky>(LEAKY_V1, Shape::Compact);
@@ -124,7 +124,7 @@ fn bucket<K: Debug>(delays: bool, kind: fn(Gcra) -> K) -> impl Strategy<Value = 
         1..=MAX_WINDOW_MS,
         1..=MAX_RATE_LIMIT,
         0..=MAX_WINDOW_MS,
-        0..=MAX_TIMESTAMP,
+        (0..=MAX_TIMESTAMP.ms()).prop_map(Instant::from_ms),
         any::<u64>(),
     )
         .prop_map(
@@ -147,7 +147,7 @@ fn fixed_window() -> impl Strategy<Value = FixedWindow> {
         1..=fixed::MAX_LIMIT,
         1..=fixed::MAX_WINDOW_MS,
         any::<bool>(),
-        0..=MAX_TIMESTAMP,
+        (0..=MAX_TIMESTAMP.ms()).prop_map(Instant::from_ms),
         -(3 * fixed::MAX_WINDOW_MS as i64)..=(fixed::MAX_WINDOW_MS as i64),
         any::<u32>(),
     )
@@ -157,7 +157,7 @@ fn fixed_window() -> impl Strategy<Value = FixedWindow> {
                 window_ms,
                 align,
             };
-            let end = latest.saturating_add_signed(ahead);
+            let end = Instant::from_ms(latest.ms().saturating_add_signed(ahead));
             FixedWindow::from_parts(p, latest, end, u64::from(count)).unwrap()
         })
 }

@@ -20,7 +20,7 @@
 use super::codec::{Malformed, Reader, Sink};
 use super::kind::Params2;
 use super::limit::Limit;
-use super::{Decision, Millis, Wait, MAX_TIMESTAMP};
+use super::{Decision, Duration, Instant, Wait, MAX_TIMESTAMP};
 
 /// The largest limit and burst: keeps `burst·T + max_delay` within 64 bits.
 pub const MAX_RATE_LIMIT: u64 = (1 << 31) - 1;
@@ -62,8 +62,8 @@ impl Params {
     }
 
     /// `ticks` as whole milliseconds, rounded up: never tells a caller to act too early.
-    fn ms_ceil(&self, ticks: u64) -> u64 {
-        ticks.div_ceil(self.limit.max(1))
+    fn ms_ceil(&self, ticks: u64) -> Duration {
+        Duration::from_ms(ticks.div_ceil(self.limit.max(1)))
     }
 }
 
@@ -74,7 +74,7 @@ pub struct Gcra {
     window_ms: u32,
     burst: u32,
     max_delay_ms: u32,
-    latest: Millis,
+    latest: Instant,
     /// Ticks (of `1/limit` ms) by which the theoretical arrival time is ahead of `latest`.
     debt: u64,
 }
@@ -92,13 +92,13 @@ impl Gcra {
             window_ms: p.window_ms as u32,
             burst: p.burst as u32,
             max_delay_ms: p.max_delay_ms as u32,
-            latest: 0,
+            latest: Instant::EPOCH,
             debt: 0,
         }
     }
 
     /// Rebuilds a bucket from its persisted parts, checking every invariant.
-    pub fn from_parts(p: Params, latest: Millis, debt: u64) -> Result<Gcra, Corrupt> {
+    pub fn from_parts(p: Params, latest: Instant, debt: u64) -> Result<Gcra, Corrupt> {
         if !p.valid() {
             return Err(Corrupt("parameters out of range"));
         }
@@ -115,7 +115,7 @@ impl Gcra {
     /// A bucket with `p` as its parameters and `latest` and `debt` as they are, unchecked:
     /// for the parts of a bucket that was valid (a key's compact form, see `rm::storage`);
     /// [`Gcra::from_parts`] checks persisted ones.
-    pub fn with_state(p: &Params, latest: Millis, debt: u64) -> Gcra {
+    pub fn with_state(p: &Params, latest: Instant, debt: u64) -> Gcra {
         Gcra {
             latest,
             debt,
@@ -139,7 +139,7 @@ impl Gcra {
 
     /// Gives back `units` (the most recent bookings first), never below empty, and answers
     /// like [`Gcra::peek`].
-    pub fn refund(&mut self, now: Millis, units: u64) -> Decision {
+    pub fn refund(&mut self, now: Instant, units: u64) -> Decision {
         let now = now.max(self.latest);
         let p = self.params();
         self.debt = self
@@ -150,14 +150,14 @@ impl Gcra {
     }
 
     /// The answer to a `COST 0` call under the stored parameters.
-    pub fn peek(&self, now: Millis) -> Decision {
+    pub fn peek(&self, now: Instant) -> Decision {
         self.evaluate(now, &self.params(), 0)
     }
 
     /// The debt once `cost` units are recorded at `now` under `p`; `None` for parameters or a
     /// time out of range, or a debt past 2^64 ticks (only a charge beyond the limit gets
     /// near it), which [`Limit::record`] then refuses.
-    fn debt_recorded(&self, now: Millis, p: &Params, cost: u64) -> Option<u64> {
+    fn debt_recorded(&self, now: Instant, p: &Params, cost: u64) -> Option<u64> {
         if !p.valid() || now > MAX_TIMESTAMP {
             return None;
         }
@@ -169,8 +169,10 @@ impl Gcra {
     /// The debt at `now` (at least `latest`), in ticks of `p`. When `p` differs from the
     /// stored parameters, the units owed carry over and are re-timed at the new rate
     /// (rounded up, so a change never hands out a fraction of a unit for free).
-    fn debt_at(&self, now: Millis, p: &Params) -> u64 {
-        let elapsed = (now - self.latest).saturating_mul(u64::from(self.limit));
+    fn debt_at(&self, now: Instant, p: &Params) -> u64 {
+        let elapsed = (now - self.latest)
+            .ms()
+            .saturating_mul(u64::from(self.limit));
         let debt = self.debt.saturating_sub(elapsed);
         let old_window = u64::from(self.window_ms);
         if old_window == p.window_ms || debt == 0 {
@@ -190,18 +192,18 @@ impl Limit for Gcra {
         self.params()
     }
 
-    fn give_back(&mut self, now: Millis, units: u64) -> Decision {
+    fn give_back(&mut self, now: Instant, units: u64) -> Decision {
         self.refund(now, units)
     }
 
     /// When the bucket is back to empty if nothing else arrives; `None` when it already is.
-    fn empty_at(&self) -> Option<Millis> {
+    fn empty_at(&self) -> Option<Instant> {
         // Only a charge beyond the limit takes the debt near 2^64 ticks: saturate.
         (self.debt > 0).then(|| self.latest.saturating_add(self.params().ms_ceil(self.debt)))
     }
 
     /// The answer to `cost` units at `now` under `p`, changing nothing.
-    fn evaluate(&self, now: Millis, p: &Params, cost: u64) -> Decision {
+    fn evaluate(&self, now: Instant, p: &Params, cost: u64) -> Decision {
         let now = now.max(self.latest);
         let debt = self.debt_at(now, p);
         let capacity = p.capacity();
@@ -215,12 +217,12 @@ impl Limit for Gcra {
                 match need.saturating_sub(p.burst * p.t()) {
                     _ if cost == 0 => Wait::None,
                     0 => Wait::None,
-                    delay => Wait::Ms(p.ms_ceil(delay)),
+                    delay => Wait::For(p.ms_ceil(delay)),
                 }
             }
             (Some(units), _) if units <= capacity => {
                 // need - capacity, without forming `need`, which may not fit.
-                Wait::Ms(p.ms_ceil(debt - (capacity - units)))
+                Wait::For(p.ms_ceil(debt - (capacity - units)))
             }
             _ => Wait::Never,
         };
@@ -233,11 +235,11 @@ impl Limit for Gcra {
             limit: capacity / p.t(),
             remaining: (capacity - after.min(capacity)) / p.t(),
             retry_after,
-            reset_after_ms: p.ms_ceil(after),
+            reset_after: p.ms_ceil(after),
         }
     }
 
-    fn record(&mut self, now: Millis, p: &Params, cost: u64) -> bool {
+    fn record(&mut self, now: Instant, p: &Params, cost: u64) -> bool {
         let Some(need) = self.debt_recorded(now, p, cost) else {
             return false;
         };
@@ -249,11 +251,11 @@ impl Limit for Gcra {
         true
     }
 
-    fn can_record(&self, now: Millis, p: &Params, cost: u64) -> bool {
+    fn can_record(&self, now: Instant, p: &Params, cost: u64) -> bool {
         self.debt_recorded(now, p, cost).is_some()
     }
 
-    fn latest(&self) -> Millis {
+    fn latest(&self) -> Instant {
         self.latest
     }
 }
@@ -286,13 +288,13 @@ pub mod encoding {
     const LOW32: u64 = u32::MAX as u64;
 
     /// The compact form: the parameters, `latest` (below 2^48) and the debt.
-    pub fn pack(g: &Gcra) -> Option<(Params2, Millis, u64)> {
-        (g.latest() >> 48 == 0).then(|| (params2(&g.params()), g.latest(), g.debt()))
+    pub fn pack(g: &Gcra) -> Option<(Params2, Instant, u64)> {
+        (g.latest().ms() >> 48 == 0).then(|| (params2(&g.params()), g.latest(), g.debt()))
     }
 
     /// The state's part of the encoding: `latest debt`.
-    pub fn encode_state<S: Sink>(latest: Millis, debt: u64, out: &mut S) {
-        out.varint(latest);
+    pub fn encode_state<S: Sink>(latest: Instant, debt: u64, out: &mut S) {
+        out.varint(latest.ms());
         out.varint(debt);
     }
 
@@ -312,9 +314,9 @@ pub mod encoding {
 
     /// The state's part read back, checked as [`decode`] checks it, `None` when it does not
     /// fit the compact form.
-    pub fn decode_state(r: &mut Reader) -> Option<(Millis, u64)> {
-        let latest = r.varint().ok()?;
-        if latest > MAX_TIMESTAMP || latest >> 48 != 0 {
+    pub fn decode_state(r: &mut Reader) -> Option<(Instant, u64)> {
+        let latest = Instant::from_ms(r.varint().ok()?);
+        if latest > MAX_TIMESTAMP || latest.ms() >> 48 != 0 {
             return None;
         }
         Some((latest, r.varint().ok()?))
@@ -326,7 +328,7 @@ pub mod encoding {
         if version != 1 && version != 3 {
             return Err(Malformed("no such version for this kind"));
         }
-        let (latest, debt) = (r.varint()?, r.varint()?);
+        let (latest, debt) = (Instant::from_ms(r.varint()?), r.varint()?);
         let (limit, window_ms, burst) = (r.varint()?, r.varint()?, r.varint()?);
         let max_delay_ms = match (delays, version) {
             // Version 3: no delay for a bucket that does not delay; 0 for a delaying one's
@@ -367,7 +369,7 @@ macro_rules! bucket_kind {
 
             fn give_back(
                 &mut self,
-                now: $crate::core::Millis,
+                now: $crate::core::Instant,
                 units: u64,
             ) -> $crate::core::Decision {
                 self.0.refund(now, units)
@@ -376,7 +378,7 @@ macro_rules! bucket_kind {
             #[inline(always)]
             fn evaluate(
                 &self,
-                now: $crate::core::Millis,
+                now: $crate::core::Instant,
                 p: &Self::Params,
                 cost: u64,
             ) -> $crate::core::Decision {
@@ -384,21 +386,21 @@ macro_rules! bucket_kind {
             }
 
             #[inline(always)]
-            fn record(&mut self, now: $crate::core::Millis, p: &Self::Params, cost: u64) -> bool {
+            fn record(&mut self, now: $crate::core::Instant, p: &Self::Params, cost: u64) -> bool {
                 self.0.record(now, p, cost)
             }
 
-            fn can_record(&self, now: $crate::core::Millis, p: &Self::Params, cost: u64) -> bool {
+            fn can_record(&self, now: $crate::core::Instant, p: &Self::Params, cost: u64) -> bool {
                 self.0.can_record(now, p, cost)
             }
 
             #[inline(always)]
-            fn empty_at(&self) -> Option<$crate::core::Millis> {
+            fn empty_at(&self) -> Option<$crate::core::Instant> {
                 $crate::core::limit::Limit::empty_at(&self.0)
             }
 
             #[inline(always)]
-            fn latest(&self) -> $crate::core::Millis {
+            fn latest(&self) -> $crate::core::Instant {
                 $crate::core::limit::Limit::latest(&self.0)
             }
         }
@@ -425,14 +427,14 @@ macro_rules! bucket_kind {
 
         impl $crate::core::kind::Compact for $kind {
             #[inline(always)]
-            fn pack(&self) -> Option<($crate::core::kind::Params2, $crate::core::Millis, u64)> {
+            fn pack(&self) -> Option<($crate::core::kind::Params2, $crate::core::Instant, u64)> {
                 $crate::core::gcra::encoding::pack(&self.0)
             }
 
             #[inline(always)]
             fn unpack(
                 params: $crate::core::kind::Params2,
-                latest: $crate::core::Millis,
+                latest: $crate::core::Instant,
                 tail: u64,
             ) -> Self {
                 let p = $crate::core::gcra::encoding::params_of(params);
@@ -440,7 +442,7 @@ macro_rules! bucket_kind {
             }
 
             fn encode_state<S: $crate::core::codec::Sink>(
-                latest: $crate::core::Millis,
+                latest: $crate::core::Instant,
                 tail: u64,
                 out: &mut S,
             ) {
@@ -457,7 +459,7 @@ macro_rules! bucket_kind {
 
             fn decode_state(
                 r: &mut $crate::core::codec::Reader,
-            ) -> Option<($crate::core::Millis, u64)> {
+            ) -> Option<($crate::core::Instant, u64)> {
                 $crate::core::gcra::encoding::decode_state(r)
             }
         }

@@ -3,7 +3,7 @@
 use super::*;
 use proptest::prelude::*;
 
-const T0: Millis = 1_700_000_000_000;
+const T0: Instant = Instant::from_ms(1_700_000_000_000);
 
 fn token(limit: u64, window_ms: u64, burst: u64) -> Params {
     Params {
@@ -31,21 +31,22 @@ fn leaky(limit: u64, window_ms: u64, burst: u64, max_delay_ms: u64) -> Params {
 #[derive(Clone)]
 struct Naive {
     balance: i128,
-    at: Millis,
+    at: Instant,
 }
 
 impl Naive {
     fn new(p: &Params) -> Naive {
         Naive {
             balance: i128::from(p.burst * p.window_ms),
-            at: 0,
+            at: Instant::EPOCH,
         }
     }
 
-    fn advance(&mut self, now: Millis, p: &Params) {
+    fn advance(&mut self, now: Instant, p: &Params) {
         let now = now.max(self.at);
         let cap = i128::from(p.burst * p.window_ms);
-        self.balance = (self.balance + i128::from(now - self.at) * i128::from(p.limit)).min(cap);
+        self.balance =
+            (self.balance + i128::from((now - self.at).ms()) * i128::from(p.limit)).min(cap);
         self.at = now;
     }
 
@@ -61,7 +62,7 @@ impl Naive {
 
     /// Only a call that books units moves the model's clock: one that changes nothing
     /// leaves no trace, as in the real limiter.
-    fn acquire(&mut self, now: Millis, p: &Params, cost: u64) -> (bool, u64, Wait) {
+    fn acquire(&mut self, now: Instant, p: &Params, cost: u64) -> (bool, u64, Wait) {
         let mut this = self.clone();
         this.advance(now, p);
         let delay = this.delay(p, cost);
@@ -71,7 +72,7 @@ impl Naive {
             let wait = if delay == 0 || cost == 0 {
                 Wait::None
             } else {
-                Wait::Ms(delay as u64)
+                Wait::For(Duration::from_ms(delay as u64))
             };
             let remaining = this.remaining(p);
             if cost > 0 {
@@ -91,7 +92,7 @@ impl Naive {
             ms += 1;
             probe.advance(this.at + ms, p);
         }
-        (false, this.remaining(p), Wait::Ms(ms))
+        (false, this.remaining(p), Wait::For(Duration::from_ms(ms)))
     }
 
     /// How many more single-unit bookings fit right now, one after another.
@@ -186,7 +187,7 @@ fn rate_extremes_are_exact() {
     let mut g = Gcra::new(&third);
     assert!(g.acquire(T0, &third, 3).allowed);
     let allowed_at: Vec<u64> = (1..=2000)
-        .filter(|ms| g.acquire(T0 + ms, &third, 1).allowed)
+        .filter(|&ms| g.acquire(T0 + ms, &third, 1).allowed)
         .collect();
     assert_eq!(allowed_at, vec![334, 667, 1000, 1334, 1667, 2000]);
 }
@@ -236,10 +237,7 @@ fn raising_the_rate_keeps_the_units_owed() {
     let mut h = Gcra::new(&slow);
     h.acquire(T0, &slow, 10);
     let same = token(200, 120_000, 100);
-    assert_eq!(
-        h.peek(T0).reset_after_ms,
-        h.evaluate(T0, &same, 0).reset_after_ms
-    );
+    assert_eq!(h.peek(T0).reset_after, h.evaluate(T0, &same, 0).reset_after);
 }
 
 /// The scenario: three calls fill 3 per 10 s; a call with 5 per 1 s takes the
@@ -309,7 +307,7 @@ proptest! {
         let mut naive = Naive::new(&p);
         let mut now = T0;
         for (gap, cost, back) in steps {
-            let at = if back { now.saturating_sub(gap) } else { now + gap };
+            let at = if back { now.saturating_sub(Duration::from_ms(gap)) } else { now + gap };
             now = now.max(at);
             let d = g.acquire(at, &p, cost);
             let (allowed, remaining, wait) = naive.acquire(at, &p, cost);

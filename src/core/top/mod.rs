@@ -15,7 +15,7 @@
 //! epoch has free counters). Every name refused more than `(N_previous + N_current) / K`
 //! times in the two epochs is in the answer (it is above `N / K` in at least one of them).
 
-use super::Millis;
+use super::{Duration, Instant};
 
 /// Counters per epoch.
 pub const K: usize = 64;
@@ -31,7 +31,7 @@ pub const MAX_COUNT: usize = 2 * K;
 #[derive(Clone)]
 struct Epoch {
     /// When it began: a multiple of the window in force then.
-    start: Millis,
+    start: Instant,
     /// Refusals it counted.
     total: u64,
     /// Counters in use.
@@ -46,7 +46,7 @@ struct Epoch {
 }
 
 impl Epoch {
-    fn empty(start: Millis) -> Epoch {
+    fn empty(start: Instant) -> Epoch {
         Epoch {
             start,
             total: 0,
@@ -162,8 +162,8 @@ fn hash(name: &[u8]) -> u64 {
 impl Default for Sketch {
     fn default() -> Self {
         Sketch {
-            current: Epoch::empty(0),
-            previous: Epoch::empty(0),
+            current: Epoch::empty(Instant::EPOCH),
+            previous: Epoch::empty(Instant::EPOCH),
         }
     }
 }
@@ -182,9 +182,9 @@ impl Sketch {
     /// Moves to the epoch of `now` (a clock gone back stays in the current one). Epochs are
     /// kept by when they began, so a window changed between calls (`ratelimit.top-window-ms`)
     /// starts the next epoch on the new window's boundaries and forgets as it says.
-    fn advance(&mut self, now: Millis, window: Millis) {
-        let window = window.max(1);
-        let start = now - now % window;
+    fn advance(&mut self, now: Instant, window: Duration) {
+        let window = window.max(Duration::from_ms(1));
+        let start = now.floor(window);
         if start <= self.current.start {
             return;
         }
@@ -198,13 +198,13 @@ impl Sketch {
     }
 
     /// Counts one refusal of `name` at `now`.
-    pub fn record(&mut self, name: &[u8], now: Millis, window: Millis) {
+    pub fn record(&mut self, name: &[u8], now: Instant, window: Duration) {
         self.advance(now, window);
         self.current.record(hash(name), name);
     }
 
     /// Refusals counted in the epochs an answer at `now` covers.
-    pub fn total(&self, now: Millis, window: Millis) -> u64 {
+    pub fn total(&self, now: Instant, window: Duration) -> u64 {
         let (cur, prev) = self.epochs(now, window);
         cur.map_or(0, |e| e.total) + prev.map_or(0, |e| e.total)
     }
@@ -212,10 +212,10 @@ impl Sketch {
     /// The epochs an answer at `now` covers: those begun at most a window before the
     /// epoch of `now` (the current one and the one before, when the window has not
     /// changed), each `None` when older than that or empty.
-    fn epochs(&self, now: Millis, window: Millis) -> (Option<&Epoch>, Option<&Epoch>) {
-        let window = window.max(1);
+    fn epochs(&self, now: Instant, window: Duration) -> (Option<&Epoch>, Option<&Epoch>) {
+        let window = window.max(Duration::from_ms(1));
         // A clock gone back answers from the current epoch.
-        let start = (now - now % window).max(self.current.start);
+        let start = now.floor(window).max(self.current.start);
         let from = start.saturating_sub(window);
         let covered = |e: &Epoch| e.total > 0 && e.start >= from;
         let cur = Some(&self.current).filter(|e| covered(e));
@@ -225,7 +225,7 @@ impl Sketch {
 
     /// The `n` names refused most in the current epoch and the one before, most first (then
     /// by name), with their bounds.
-    pub fn top(&self, n: usize, now: Millis, window: Millis) -> Vec<Heavy> {
+    pub fn top(&self, n: usize, now: Instant, window: Duration) -> Vec<Heavy> {
         let (cur, prev) = self.epochs(now, window);
         let epochs: Vec<&Epoch> = [cur, prev].into_iter().flatten().collect();
         let mut seen: Vec<(u64, Heavy)> = Vec::new();

@@ -2,6 +2,11 @@ use std::collections::HashMap;
 
 use super::*;
 
+/// The instant `ms` milliseconds after the epoch.
+fn t(ms: u64) -> Instant {
+    Instant::from_ms(ms)
+}
+
 /// A small deterministic generator (xorshift64*).
 struct Rng(u64);
 
@@ -40,7 +45,7 @@ impl Zipf {
 
 /// Checks an answer against the exact counts of the epochs it covers: bounds hold for every
 /// name, and every name above `total / K` is there.
-fn check(sketch: &Sketch, exact: &HashMap<Vec<u8>, u64>, now: Millis, window: Millis) {
+fn check(sketch: &Sketch, exact: &HashMap<Vec<u8>, u64>, now: Instant, window: Duration) {
     let total: u64 = exact.values().sum();
     assert_eq!(sketch.total(now, window), total);
     let answer = sketch.top(usize::MAX, now, window);
@@ -76,11 +81,11 @@ fn heavy_hitters_of_skewed_traffic_are_found_within_their_bounds() {
     ] {
         let mut rng = Rng(seed);
         let zipf = Zipf::new(names, s);
-        let window = 60_000;
+        let window = Duration::from_ms(60_000);
         let mut sketch = Sketch::default();
         let mut exact: HashMap<Vec<u8>, u64> = HashMap::new();
         // Two epochs of traffic: [60 s, 180 s) spans epochs 1 and 2 at its end.
-        let start = 60_000;
+        let start = t(60_000);
         for i in 0..50_000u64 {
             let now = start + i * 120_000 / 50_000;
             let name = format!("user:{}", zipf.draw(&mut rng)).into_bytes();
@@ -93,68 +98,69 @@ fn heavy_hitters_of_skewed_traffic_are_found_within_their_bounds() {
 
 #[test]
 fn an_answer_covers_the_current_epoch_and_the_one_before() {
-    let w = 1000;
+    let w = Duration::from_ms(1000);
     let mut s = Sketch::default();
-    s.record(b"old", 500, w);
-    s.record(b"a", 1500, w);
-    s.record(b"a", 2500, w);
-    s.record(b"b", 2600, w);
+    s.record(b"old", t(500), w);
+    s.record(b"a", t(1500), w);
+    s.record(b"a", t(2500), w);
+    s.record(b"b", t(2600), w);
     // At 2.7 s: epochs 1 and 2 (the one of 0.5 s is forgotten).
-    let top = s.top(10, 2700, w);
+    let top = s.top(10, t(2700), w);
     let names: Vec<&[u8]> = top.iter().map(|h| &h.name[..]).collect();
     assert_eq!(names, [&b"a"[..], b"b"]);
     assert_eq!((top[0].count, top[0].error), (2, 0));
     // At 3.5 s, epoch 2 is the one before; at 4.5 s nothing is left.
-    assert_eq!(s.top(10, 3500, w).len(), 2);
-    assert_eq!(s.top(10, 3500, w)[0].count, 1);
-    assert!(s.top(10, 4500, w).is_empty());
-    assert_eq!(s.total(4500, w), 0);
+    assert_eq!(s.top(10, t(3500), w).len(), 2);
+    assert_eq!(s.top(10, t(3500), w)[0].count, 1);
+    assert!(s.top(10, t(4500), w).is_empty());
+    assert_eq!(s.total(t(4500), w), 0);
     // A clock gone back counts in the current epoch.
-    s.record(b"c", 100, w);
-    assert!(s.top(10, 100, w).iter().any(|h| h.name == b"c"));
+    s.record(b"c", t(100), w);
+    assert!(s.top(10, t(100), w).iter().any(|h| h.name == b"c"));
     // Long past: everything is forgotten at once.
-    s.record(b"d", 1_000_000, w);
-    assert_eq!(s.top(10, 1_000_000, w).len(), 1);
+    s.record(b"d", t(1_000_000), w);
+    assert_eq!(s.top(10, t(1_000_000), w).len(), 1);
 }
 
 #[test]
 fn a_window_changed_between_calls_still_forgets() {
     let mut s = Sketch::default();
-    let t = 1_700_000_000_500;
+    let t0 = t(1_700_000_000_500);
+    let ms = Duration::from_ms;
     for _ in 0..50 {
-        s.record(b"old", t, 1000);
+        s.record(b"old", t0, ms(1000));
     }
-    assert_eq!(s.top(10, t + 10, 1000)[0].count, 50);
+    assert_eq!(s.top(10, t0 + 10, ms(1000))[0].count, 50);
     // The window grows: the name is counted until two of the new windows have passed,
     // then forgotten, whether or not anything else is refused.
-    assert_eq!(s.top(10, t + 1000, 2000)[0].count, 50);
-    assert!(s.top(10, t + 6000, 2000).is_empty());
-    s.record(b"new", t + 300_000, 2000);
+    assert_eq!(s.top(10, t0 + 1000, ms(2000))[0].count, 50);
+    assert!(s.top(10, t0 + 6000, ms(2000)).is_empty());
+    s.record(b"new", t0 + 300_000, ms(2000));
     let names: Vec<Vec<u8>> = s
-        .top(10, t + 300_000, 2000)
+        .top(10, t0 + 300_000, ms(2000))
         .into_iter()
         .map(|h| h.name)
         .collect();
     assert_eq!(names, [b"new".to_vec()]);
     // It shrinks: the epoch begun on the longer window ends at the next short boundary.
-    s.record(b"x", t + 301_000, 500);
-    let top = s.top(10, t + 301_000, 500);
+    s.record(b"x", t0 + 301_000, ms(500));
+    let top = s.top(10, t0 + 301_000, ms(500));
     assert!(top.iter().any(|h| h.name == b"x"));
-    assert!(s.top(10, t + 303_000, 500).is_empty());
+    assert!(s.top(10, t0 + 303_000, ms(500)).is_empty());
 }
 
 #[test]
 fn a_full_epoch_hands_its_smallest_counter_on() {
-    let w = 1_000_000;
+    let w = Duration::from_ms(1_000_000);
     let mut s = Sketch::default();
     for i in 0..K {
         for _ in 0..=i {
-            s.record(format!("n{i}").as_bytes(), 1, w);
+            s.record(format!("n{i}").as_bytes(), t(1), w);
         }
     }
     // n0 has the smallest counter (1): "new" takes it, with error 1.
-    s.record(b"new", 1, w);
-    let top = s.top(MAX_COUNT, 1, w);
+    s.record(b"new", t(1), w);
+    let top = s.top(MAX_COUNT, t(1), w);
     assert_eq!(top.len(), K);
     let new = top.iter().find(|h| h.name == b"new").unwrap();
     assert_eq!((new.count, new.error), (2, 1));
@@ -163,15 +169,15 @@ fn a_full_epoch_hands_its_smallest_counter_on() {
 
 #[test]
 fn long_names_are_told_apart_and_cut() {
-    let w = 1000;
+    let w = Duration::from_ms(1000);
     let mut s = Sketch::default();
     let a = [b'a'; 100];
     let mut b = a;
     b[99] = b'b';
-    s.record(&a, 1, w);
-    s.record(&b, 1, w);
-    s.record(&b, 1, w);
-    let top = s.top(10, 1, w);
+    s.record(&a, t(1), w);
+    s.record(&b, t(1), w);
+    s.record(&b, t(1), w);
+    let top = s.top(10, t(1), w);
     assert_eq!(top.len(), 2);
     assert_eq!(top[0].name.len(), NAME);
     assert_eq!(top[0].count, 2);
@@ -202,17 +208,17 @@ fn top_accuracy_table() {
     ] {
         let mut rng = Rng(42);
         let zipf = Zipf::new(names, s);
-        let window = 60_000;
+        let window = Duration::from_ms(60_000);
         let mut sketch = Sketch::default();
         let mut exact: HashMap<Vec<u8>, u64> = HashMap::new();
         let n = 200_000u64;
         for i in 0..n {
-            let now = 60_000 + i * 120_000 / n;
+            let now = t(60_000 + i * 120_000 / n);
             let name = format!("user:{}", zipf.draw(&mut rng)).into_bytes();
             sketch.record(&name, now, window);
             *exact.entry(name).or_default() += 1;
         }
-        let now = 179_999;
+        let now = t(179_999);
         check(&sketch, &exact, now, window);
         let total: u64 = exact.values().sum();
         let answer = sketch.top(MAX_COUNT, now, window);

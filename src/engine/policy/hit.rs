@@ -8,7 +8,7 @@ use redis_module::Context;
 use smallvec::SmallVec;
 
 use super::{policy, Member, Policy};
-use crate::core::args::{self, lossy, Opt, Value};
+use crate::core::args::{self, lossy, Value};
 use crate::core::error::Error;
 use crate::core::kind::{Mode, Reply};
 use crate::core::meta::{self, ArgKind, Info, Keys, Stats};
@@ -20,7 +20,10 @@ use crate::rm::api::{self, Answer, Arg, Count, Handler, OwnedString, ALL_INLINE}
 /// `RL.HIT policy subject [COST n] [NOW ms]`.
 pub struct Hit;
 
-const HIT_OPTIONS: [Opt; 2] = [args::COST, args::NOW];
+args::option_set! {
+    /// `RL.HIT`'s options after the subject.
+    struct Options { cost: args::COST }
+}
 
 static HIT_INFO: Info = Info {
     name: "RL.HIT",
@@ -70,9 +73,9 @@ impl Handler for Hit {
             for a in rest {
                 words.push(a.as_bytes());
             }
-            let given = args::options(&words, &HIT_OPTIONS)?;
-            cost = given[0].map_or(args::COST_DEFAULT, Value::int);
-            now = given[1].map(Value::int);
+            let given = Options::parse(&words)?;
+            cost = given.cost.map_or(args::COST_DEFAULT, Value::int);
+            now = given.now();
         }
         let Some(policy) = policy(name.as_bytes()) else {
             return Err(Error::NoPolicy(lossy(name.as_bytes())));
@@ -107,7 +110,7 @@ fn hit(
     members: &[Member],
     subject: &[u8],
     cost: u64,
-    now: Option<u64>,
+    now: Option<crate::core::Instant>,
 ) -> Result<bool, Error> {
     let tagged = def::check_subject(subject)?;
     let mut owned: SmallVec<[OwnedString; ALL_INLINE]> = SmallVec::new();

@@ -20,7 +20,7 @@ use crate::core::error::Error;
 use crate::core::kind::{Compact, Encoding, Form, Params2, Rate, RateCall};
 use crate::core::limit::Limit;
 use crate::core::meta::{self, Info, Keys, Stats};
-use crate::core::{Decision, Millis, Wait, MAX_TIMESTAMP};
+use crate::core::{Decision, Duration, Instant, Wait, MAX_TIMESTAMP};
 
 /// The largest limit: the count is 32-bit.
 pub const MAX_LIMIT: u64 = u32::MAX as u64;
@@ -41,12 +41,17 @@ impl Params {
         (1..=MAX_LIMIT).contains(&self.limit) && (1..=MAX_WINDOW_MS).contains(&self.window_ms)
     }
 
+    /// The window's length.
+    fn window(&self) -> Duration {
+        Duration::from_ms(self.window_ms)
+    }
+
     /// The end of the window a request at `now` opens.
-    fn end_of_window_at(&self, now: Millis) -> Millis {
+    fn end_of_window_at(&self, now: Instant) -> Instant {
         if self.align {
-            now - now % self.window_ms + self.window_ms
+            now.floor(self.window()) + self.window()
         } else {
-            now + self.window_ms
+            now + self.window()
         }
     }
 }
@@ -54,9 +59,9 @@ impl Params {
 /// The current window: 32 bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FixedWindow {
-    latest: Millis,
+    latest: Instant,
     /// When the current window ends; `count` is meaningless from then on.
-    end: Millis,
+    end: Instant,
     count: u32,
     limit: u32,
     window_ms: u32,
@@ -71,8 +76,8 @@ impl FixedWindow {
     /// No window open yet, with `p` as its parameters.
     pub fn new(p: &Params) -> FixedWindow {
         FixedWindow {
-            latest: 0,
-            end: 0,
+            latest: Instant::EPOCH,
+            end: Instant::EPOCH,
             count: 0,
             // The ranges are checked when arguments are parsed; the casts cannot truncate.
             limit: p.limit as u32,
@@ -82,11 +87,11 @@ impl FixedWindow {
     }
 
     /// Rebuilds a window from its persisted parts, checking every invariant.
-    pub fn from_parts(p: Params, latest: Millis, end: Millis, count: u64) -> Result<Self, Corrupt> {
+    pub fn from_parts(p: Params, latest: Instant, end: Instant, count: u64) -> Result<Self, Corrupt> {
         if !p.valid() {
             return Err(Corrupt("parameters out of range"));
         }
-        if latest > MAX_TIMESTAMP || end > MAX_TIMESTAMP + MAX_WINDOW_MS {
+        if latest > MAX_TIMESTAMP || end > MAX_TIMESTAMP + Duration::from_ms(MAX_WINDOW_MS) {
             return Err(Corrupt("time out of range"));
         }
         let count = u32::try_from(count).map_err(|_| Corrupt("count out of range"))?;
@@ -111,7 +116,7 @@ impl FixedWindow {
     /// A window with `p` as its parameters (see [`FixedWindow::params`]) and `latest`,
     /// `end` and `count` as they are, unchecked: for the parts of a window that was valid (a
     /// key's compact form, see `rm::storage`); [`FixedWindow::from_parts`] checks persisted ones.
-    pub fn with_state(p: &Params, latest: Millis, end: Millis, count: u32) -> FixedWindow {
+    pub fn with_state(p: &Params, latest: Instant, end: Instant, count: u32) -> FixedWindow {
         FixedWindow {
             latest,
             end,
@@ -126,38 +131,38 @@ impl FixedWindow {
         self.count
     }
 
-    /// When the current window ends (0 before the first one).
-    pub fn end(&self) -> Millis {
+    /// When the current window ends (the epoch before the first one).
+    pub fn end(&self) -> Instant {
         self.end
     }
 
     /// When the open window started: its end less its length.
-    fn start(&self) -> Millis {
-        self.end.saturating_sub(u64::from(self.window_ms))
+    fn start(&self) -> Instant {
+        self.end.saturating_sub(Duration::from_ms(u64::from(self.window_ms)))
     }
 
     /// When the open window ends once a call under `p` at `now` is recorded in it: as it
     /// is, or later when `p`'s window, started with it, would. Without ALIGN that window
     /// starts where the open one did; with ALIGN it is `p`'s period holding `now`, which
     /// counts the open window's units only if it holds the whole window.
-    fn end_with(&self, now: Millis, p: &Params) -> Millis {
+    fn end_with(&self, now: Instant, p: &Params) -> Instant {
         let start = self.start();
         let end = if p.align {
-            let period = now - now % p.window_ms;
+            let period = now.floor(p.window());
             if period <= start {
-                period + p.window_ms
+                period + p.window()
             } else {
-                0
+                Instant::EPOCH
             }
         } else {
-            start + p.window_ms
+            start + p.window()
         };
         self.end.max(end)
     }
 
     /// The window once `cost` units are recorded at `now` under `p`; `None` for parameters
     /// or a time out of range, or a count past 32 bits.
-    fn recorded(&self, now: Millis, p: &Params, cost: u64) -> Option<FixedWindow> {
+    fn recorded(&self, now: Instant, p: &Params, cost: u64) -> Option<FixedWindow> {
         let now = now.max(self.latest);
         if !p.valid() || now > MAX_TIMESTAMP {
             return None;
@@ -171,20 +176,20 @@ impl FixedWindow {
             let end = self.end_with(now, p);
             (end, end - self.start())
         } else {
-            (p.end_of_window_at(now), p.window_ms)
+            (p.end_of_window_at(now), p.window())
         };
         Some(FixedWindow {
             latest: now,
             end,
             count,
             // At most the longer of the open window's and p's: it fits.
-            window_ms: length as u32,
+            window_ms: length.ms() as u32,
             ..FixedWindow::new(p)
         })
     }
 
     /// Units counted in the window open at `now` (0 once it has ended).
-    pub fn count_at(&self, now: Millis) -> u64 {
+    pub fn count_at(&self, now: Instant) -> u64 {
         if now < self.end {
             u64::from(self.count)
         } else {
@@ -194,7 +199,7 @@ impl FixedWindow {
 
     /// Gives back up to `units` counted in the current window, never below zero, and
     /// answers like [`FixedWindow::peek`].
-    pub fn refund(&mut self, now: Millis, units: u64) -> Decision {
+    pub fn refund(&mut self, now: Instant, units: u64) -> Decision {
         let now = now.max(self.latest);
         let left = self.count_at(now).saturating_sub(units);
         self.count = left as u32; // left <= count <= u32::MAX
@@ -203,7 +208,7 @@ impl FixedWindow {
     }
 
     /// The answer to a `COST 0` call under the stored parameters.
-    pub fn peek(&self, now: Millis) -> Decision {
+    pub fn peek(&self, now: Instant) -> Decision {
         self.evaluate(now, &self.params(), 0)
     }
 }
@@ -216,11 +221,11 @@ impl Limit for FixedWindow {
         self.params()
     }
 
-    fn give_back(&mut self, now: Millis, units: u64) -> Decision {
+    fn give_back(&mut self, now: Instant, units: u64) -> Decision {
         self.refund(now, units)
     }
 
-    fn evaluate(&self, now: Millis, p: &Params, cost: u64) -> Decision {
+    fn evaluate(&self, now: Instant, p: &Params, cost: u64) -> Decision {
         let now = now.max(self.latest);
         let open = now < self.end;
         let count = self.count_at(now);
@@ -238,7 +243,7 @@ impl Limit for FixedWindow {
         } else if cost > p.limit {
             Wait::Never
         } else {
-            Wait::Ms(end - now)
+            Wait::For(end - now)
         };
         Decision {
             allowed,
@@ -246,11 +251,11 @@ impl Limit for FixedWindow {
             remaining: p.limit.saturating_sub(after),
             retry_after,
             // Empty once the window ends; already empty when nothing is counted.
-            reset_after_ms: if after > 0 { end - now } else { 0 },
+            reset_after: if after > 0 { end - now } else { Duration::ZERO },
         }
     }
 
-    fn record(&mut self, now: Millis, p: &Params, cost: u64) -> bool {
+    fn record(&mut self, now: Instant, p: &Params, cost: u64) -> bool {
         match self.recorded(now, p, cost) {
             Some(next) => {
                 *self = next;
@@ -260,15 +265,15 @@ impl Limit for FixedWindow {
         }
     }
 
-    fn can_record(&self, now: Millis, p: &Params, cost: u64) -> bool {
+    fn can_record(&self, now: Instant, p: &Params, cost: u64) -> bool {
         self.recorded(now, p, cost).is_some()
     }
 
-    fn empty_at(&self) -> Option<Millis> {
+    fn empty_at(&self) -> Option<Instant> {
         (self.count > 0 && self.end > self.latest).then_some(self.end)
     }
 
-    fn latest(&self) -> Millis {
+    fn latest(&self) -> Instant {
         self.latest
     }
 }
@@ -356,12 +361,12 @@ impl Encoding for FixedWindow {
         if version != 1 && version != 3 {
             return Err(Malformed("no such version for this kind"));
         }
-        let (latest, end, count) = (r.varint()?, r.varint()?, r.varint()?);
+        let (latest, end, count) = (Instant::from_ms(r.varint()?), r.varint()?, r.varint()?);
         // Version 3: the end relative to `latest` (see `zigzag`).
         let end = if version == 3 {
             unzigzag(end, latest)?
         } else {
-            end
+            Instant::from_ms(end)
         };
         let (limit, window_ms) = (r.varint()?, r.varint()?);
         let align = match r.varint()? {
@@ -379,8 +384,8 @@ impl Encoding for FixedWindow {
 }
 
 impl FixedWindow {
-    fn encode_state_of<S: Sink>(latest: Millis, end: Millis, count: u64, out: &mut S) {
-        out.varint(latest);
+    fn encode_state_of<S: Sink>(latest: Instant, end: Instant, count: u64, out: &mut S) {
+        out.varint(latest.ms());
         out.varint(zigzag(end, latest));
         out.varint(count);
     }
@@ -396,18 +401,18 @@ const LOW32: u64 = u32::MAX as u64;
 
 impl Compact for FixedWindow {
     #[inline(always)]
-    fn pack(&self) -> Option<(Params2, Millis, u64)> {
+    fn pack(&self) -> Option<(Params2, Instant, u64)> {
         let ahead = ahead32(self.end, self.latest)?;
         let p = self.params();
         let set = Params2 {
             a: p.limit << 32 | p.window_ms,
             b: u64::from(p.align),
         };
-        (self.latest >> 48 == 0).then_some((set, self.latest, u64::from(self.count) << 32 | ahead))
+        (self.latest.ms() >> 48 == 0).then_some((set, self.latest, u64::from(self.count) << 32 | ahead))
     }
 
     #[inline(always)]
-    fn unpack(set: Params2, latest: Millis, tail: u64) -> Self {
+    fn unpack(set: Params2, latest: Instant, tail: u64) -> Self {
         let p = Params {
             limit: set.a >> 32,
             window_ms: set.a & LOW32,
@@ -417,7 +422,7 @@ impl Compact for FixedWindow {
         FixedWindow::with_state(&p, latest, end, (tail >> 32) as u32)
     }
 
-    fn encode_state<S: Sink>(latest: Millis, tail: u64, out: &mut S) {
+    fn encode_state<S: Sink>(latest: Instant, tail: u64, out: &mut S) {
         let end = end_of(tail & LOW32, latest);
         let count = if latest < end { tail >> 32 } else { 0 };
         Self::encode_state_of(latest, end, count, out);
@@ -429,14 +434,14 @@ impl Compact for FixedWindow {
         out.varint(set.b);
     }
 
-    fn decode_state(r: &mut Reader) -> Option<(Millis, u64)> {
-        let latest = r.varint().ok()?;
-        if latest > MAX_TIMESTAMP || latest >> 48 != 0 {
+    fn decode_state(r: &mut Reader) -> Option<(Instant, u64)> {
+        let latest = Instant::from_ms(r.varint().ok()?);
+        if latest > MAX_TIMESTAMP || latest.ms() >> 48 != 0 {
             return None;
         }
         let (z, count) = (r.varint().ok()?, r.varint().ok()?);
         let end = unzigzag(z, latest).ok()?;
-        if end > MAX_TIMESTAMP + MAX_WINDOW_MS || count > LOW32 {
+        if end > MAX_TIMESTAMP + Duration::from_ms(MAX_WINDOW_MS) || count > LOW32 {
             return None;
         }
         Some((latest, count << 32 | ahead32(end, latest)?))
@@ -445,20 +450,20 @@ impl Compact for FixedWindow {
 
 /// A time `end` relative to `latest`, as one varint: `2·(end - latest)` when `end` is not
 /// before `latest`, `2·(latest - end) - 1` when it is (both below 2^63).
-fn zigzag(end: Millis, latest: Millis) -> u64 {
+fn zigzag(end: Instant, latest: Instant) -> u64 {
     if end >= latest {
-        (end - latest) << 1
+        (end - latest).ms() << 1
     } else {
-        ((latest - end) << 1) - 1
+        ((latest - end).ms() << 1) - 1
     }
 }
 
 /// The time [`zigzag`] made of `z` and `latest`.
-fn unzigzag(z: u64, latest: Millis) -> Result<Millis, Malformed> {
+fn unzigzag(z: u64, latest: Instant) -> Result<Instant, Malformed> {
     let end = if z & 1 == 0 {
-        latest.checked_add(z >> 1)
+        latest.checked_add(Duration::from_ms(z >> 1))
     } else {
-        latest.checked_sub((z >> 1) + 1)
+        latest.checked_sub(Duration::from_ms((z >> 1) + 1))
     };
     end.ok_or(Malformed("time out of range"))
 }
@@ -467,21 +472,21 @@ fn unzigzag(z: u64, latest: Millis) -> Result<Millis, Malformed> {
 /// ends then or later (at most [`MAX_WINDOW_MS`]: a window never ends further ahead),
 /// `MAX_WINDOW_MS + (latest - end)` when it ended before; `None` when that is past 2^32 (a
 /// window that ended some 18 days before its latest call: kept boxed then).
-fn ahead32(end: Millis, latest: Millis) -> Option<u64> {
+fn ahead32(end: Instant, latest: Instant) -> Option<u64> {
     let v = if end >= latest {
-        Some(end - latest).filter(|&d| d <= MAX_WINDOW_MS)
+        Some((end - latest).ms()).filter(|&d| d <= MAX_WINDOW_MS)
     } else {
-        MAX_WINDOW_MS.checked_add(latest - end)
+        MAX_WINDOW_MS.checked_add((latest - end).ms())
     };
     v.filter(|&v| v <= LOW32)
 }
 
 /// The end [`ahead32`] made of `v`.
-fn end_of(v: u64, latest: Millis) -> Millis {
+fn end_of(v: u64, latest: Instant) -> Instant {
     if v <= MAX_WINDOW_MS {
-        latest + v
+        latest + Duration::from_ms(v)
     } else {
-        latest.saturating_sub(v - MAX_WINDOW_MS)
+        latest.saturating_sub(Duration::from_ms(v - MAX_WINDOW_MS))
     }
 }
 

@@ -5,7 +5,7 @@ use crate::core::args::words;
 use crate::core::limit::{charge, fuzz};
 use proptest::prelude::*;
 
-const T0: Millis = 1_700_000_000_000; // a multiple of 1000
+const T0: Instant = Instant::from_ms(1_700_000_000_000); // a multiple of 1000
 
 fn p(limit: u64, window_ms: u64, align: bool) -> Params {
     Params {
@@ -56,17 +56,17 @@ fn the_reset_time_never_moves_within_a_window() {
     let mut resets = std::collections::BTreeSet::new();
     for t in (0..60_000).step_by(777) {
         let d = w.acquire(T0 + t, &params, 1);
-        resets.insert(T0 + t + d.reset_after_ms);
+        resets.insert(T0 + t + d.reset_after);
     }
     assert_eq!(resets.len(), 1, "{resets:?}");
     // A shorter window does not move the current window's end. A longer one moves it
     // to where that window, started with this one, ends: later, never earlier.
     let shorter = p(100, 1000, false);
     let d = w.acquire(T0 + 59_850, &shorter, 1);
-    assert_eq!(T0 + 59_850 + d.reset_after_ms, T0 + 60_000);
+    assert_eq!(T0 + 59_850 + d.reset_after, T0 + 60_000);
     let longer = p(100, 120_000, false);
     let d = w.acquire(T0 + 59_900, &longer, 1);
-    assert_eq!(T0 + 59_900 + d.reset_after_ms, T0 + 120_000);
+    assert_eq!(T0 + 59_900 + d.reset_after, T0 + 120_000);
     assert_eq!((w.end(), w.params().window_ms), (T0 + 120_000, 120_000));
 }
 
@@ -125,15 +125,15 @@ fn a_longer_window_joining_keeps_its_units_for_its_own_length() {
     // units cannot be told apart from the earlier ones).
     let (hour, day) = (p(100, 3_600_000, false), p(100, 86_400_000, true));
     let mut w = FixedWindow::new(&hour);
-    let day0 = T0 - T0 % 86_400_000 + 86_400_000;
+    let day0 = T0.floor(Duration::from_ms(86_400_000)) + 86_400_000;
     w.acquire(day0 - 1_800_000, &hour, 1);
-    assert_eq!(w.acquire(day0 + 600_000, &day, 1).reset_after_ms, 1_200_000);
+    assert_eq!(w.acquire(day0 + 600_000, &day, 1).reset_after.ms(), 1_200_000);
 }
 
 /// Rows of `(t, params, reply)`: each call may have its own parameters.
 fn run_rows(mut w: FixedWindow, rows: &[(u64, Params, [i64; 5])]) {
     for (i, (t, params, want)) in rows.iter().enumerate() {
-        let got = w.acquire(T0 + t, params, 1).as_reply();
+        let got = w.acquire(T0 + *t, params, 1).as_reply();
         assert_eq!(&got, want, "row {i} at +{t}ms");
     }
 }
@@ -162,31 +162,31 @@ fn from_parts_checks_ranges() {
 /// with it (with ALIGN: the call's period, when that holds the whole window).
 #[derive(Default)]
 struct Naive {
-    start: Millis,
-    calls: Vec<(Millis, Params)>,
+    start: Instant,
+    calls: Vec<(Instant, Params)>,
     count: u64,
-    latest: Millis,
+    latest: Instant,
 }
 
 impl Naive {
     /// Where the window of a call at `at` under `p`, started with the open one, ends.
-    fn end_of(&self, at: Millis, p: &Params) -> Option<Millis> {
+    fn end_of(&self, at: Instant, p: &Params) -> Option<Instant> {
         let from = if p.align {
-            at / p.window_ms * p.window_ms
+            at.floor(p.window())
         } else {
             self.start
         };
         (from <= self.start).then_some(from + p.window_ms)
     }
 
-    fn end(&self) -> Option<Millis> {
+    fn end(&self) -> Option<Instant> {
         self.calls
             .iter()
             .filter_map(|(at, p)| self.end_of(*at, p))
             .max()
     }
 
-    fn acquire(&mut self, now: Millis, p: &Params, cost: u64) -> (bool, u64, Wait, u64) {
+    fn acquire(&mut self, now: Instant, p: &Params, cost: u64) -> (bool, u64, Wait, Duration) {
         let now = now.max(self.latest);
         let open = self.end().is_some_and(|end| now < end);
         let count = if open { self.count } else { 0 };
@@ -194,7 +194,7 @@ impl Naive {
         if allowed && cost > 0 {
             if !open {
                 let start = if p.align {
-                    now / p.window_ms * p.window_ms
+                    now.floor(p.window())
                 } else {
                     now
                 };
@@ -210,7 +210,7 @@ impl Naive {
         // Where the window ends after this call: a request finding none would open one.
         let end = match self.end() {
             Some(end) if now < end => end,
-            _ if p.align => now / p.window_ms * p.window_ms + p.window_ms,
+            _ if p.align => now.floor(p.window()) + p.window_ms,
             _ => now + p.window_ms,
         };
         let after = if allowed { count + cost } else { count };
@@ -219,13 +219,13 @@ impl Naive {
         } else if cost > p.limit {
             Wait::Never
         } else {
-            Wait::Ms(end - now)
+            Wait::For(end - now)
         };
         (
             allowed,
             p.limit - after.min(p.limit),
             wait,
-            if after > 0 { end - now } else { 0 },
+            if after > 0 { end - now } else { Duration::ZERO },
         )
     }
 }
@@ -243,11 +243,11 @@ proptest! {
         let mut naive = Naive::default();
         let mut now = T0;
         for (gap, cost, back) in steps {
-            let at = if back { now.saturating_sub(gap) } else { now + gap };
+            let at = if back { now.saturating_sub(Duration::from_ms(gap)) } else { now + gap };
             now = now.max(at);
             let d = w.acquire(at, &params, cost);
             let (allowed, remaining, wait, reset) = naive.acquire(at, &params, cost);
-            prop_assert_eq!((d.allowed, d.remaining, d.retry_after, d.reset_after_ms), (allowed, remaining, wait, reset));
+            prop_assert_eq!((d.allowed, d.remaining, d.retry_after, d.reset_after), (allowed, remaining, wait, reset));
         }
     }
 
@@ -264,11 +264,11 @@ proptest! {
         let mut now = T0;
         for (pick, gap, cost, back) in steps {
             let params = &pool[pick % pool.len()];
-            let at = if back { now.saturating_sub(gap) } else { now + gap };
+            let at = if back { now.saturating_sub(Duration::from_ms(gap)) } else { now + gap };
             now = now.max(at);
             let d = w.acquire(at, params, cost);
             let (allowed, remaining, wait, reset) = naive.acquire(at, params, cost);
-            prop_assert_eq!((d.allowed, d.remaining, d.retry_after, d.reset_after_ms), (allowed, remaining, wait, reset));
+            prop_assert_eq!((d.allowed, d.remaining, d.retry_after, d.reset_after), (allowed, remaining, wait, reset));
             prop_assert_eq!(w.empty_at(), naive.end().filter(|&e| naive.count > 0 && e > naive.latest));
         }
     }
@@ -312,7 +312,7 @@ proptest! {
 /// A window at the edges: limits from 1 to 2^32 - 1, windows from 1 ms to 31 days, with and
 /// without ALIGN.
 impl crate::core::sample::Sample for FixedWindow {
-    fn sample_words(p: [u8; 4], _now: Millis) -> String {
+    fn sample_words(p: [u8; 4], _now: Instant) -> String {
         use crate::core::sample::{cost_word, pick, DAY31};
         let limit = pick(p[0], &[1, 10, MAX_LIMIT]);
         let window = pick(p[1], &[1, 1000, DAY31]);

@@ -39,7 +39,7 @@ use crate::core::effect::{from_hex, Out};
 use crate::core::error::Error;
 use crate::core::kind::{Change, Clock, Command, Form, Encoding, Kind, Mode, Ran, Reply};
 use crate::core::meta::{self, arg, Arg, ArgKind, Info, Keys, Stats};
-use crate::core::{Decision, Millis, Wait};
+use crate::core::{Decision, Duration, Instant, Wait};
 
 /// The longest `BLOCK`: a year (0 waits without limit).
 pub const BLOCK_MAX_MS: u64 = 365 * 24 * 3600 * 1000;
@@ -49,25 +49,25 @@ impl Kind for Leases {
     const CODE: u8 = 6;
     const FORM: Form = Form::Boxed;
 
-    fn latest_time(&self) -> Millis {
+    fn latest_time(&self) -> Instant {
         Leases::latest(self)
     }
 
-    fn empty_time(&self) -> Option<Millis> {
+    fn empty_time(&self) -> Option<Instant> {
         Leases::empty_at(self)
     }
 
-    fn peek(&self, now: Millis) -> Decision {
+    fn peek(&self, now: Instant) -> Decision {
         Leases::peek(self, now)
     }
 
     /// Whether `cost` units are free now, and when they will be.
-    fn peek_cost(&self, now: Millis, cost: u64) -> Decision {
+    fn peek_cost(&self, now: Instant, cost: u64) -> Decision {
         Leases::peek_cost(self, now, cost)
     }
 
     /// Leases are given back by `RL.RELEASE`.
-    fn refund(&mut self, _now: Millis, _units: u64) -> Result<Decision, Error> {
+    fn refund(&mut self, _now: Instant, _units: u64) -> Result<Decision, Error> {
         Err(Error::LeaseRefund)
     }
 
@@ -76,11 +76,11 @@ impl Kind for Leases {
     }
 
     /// Leases hold units until released: `RL.CHARGE` records on rate limiters.
-    fn charge(&mut self, _now: Millis, _units: u64) -> Result<Option<Decision>, Error> {
+    fn charge(&mut self, _now: Instant, _units: u64) -> Result<Option<Decision>, Error> {
         Err(Error::LeaseCharge)
     }
 
-    fn can_charge(&self, _now: Millis, _units: u64) -> Result<bool, Error> {
+    fn can_charge(&self, _now: Instant, _units: u64) -> Result<bool, Error> {
         Err(Error::LeaseCharge)
     }
 }
@@ -90,14 +90,14 @@ impl Encoding for Leases {
 
     fn encode<S: Sink>(&self, out: &mut S) {
         let (last_ms, last_seq) = self.last_id();
-        for v in [Leases::latest(self), self.limit(), last_ms, last_seq] {
+        for v in [Leases::latest(self).ms(), self.limit(), last_ms.ms(), last_seq] {
             out.varint(v);
         }
         let leases = self.leases();
         out.varint(leases.len() as u64);
         let mut prev = Leases::latest(self);
         for (end, cost, id) in leases {
-            out.varint(end - prev);
+            out.varint((end - prev).ms());
             out.varint(cost);
             out.varint(id.len() as u64);
             out.put(id);
@@ -109,8 +109,8 @@ impl Encoding for Leases {
         if version != 1 {
             return Err(Malformed("no such version for this kind"));
         }
-        let (latest, limit) = (r.varint()?, r.varint()?);
-        let last_id = (r.varint()?, r.varint()?);
+        let (latest, limit) = (Instant::from_ms(r.varint()?), r.varint()?);
+        let last_id = (Instant::from_ms(r.varint()?), r.varint()?);
         let n = r.count(4)?;
         if n > MAX_LEASES {
             return Err(Malformed("too many leases"));
@@ -119,7 +119,7 @@ impl Encoding for Leases {
         let mut end = latest;
         for _ in 0..n {
             end = end
-                .checked_add(r.varint()?)
+                .checked_add(Duration::from_ms(r.varint()?))
                 .ok_or(Malformed("time overflows"))?;
             let cost = r.varint()?;
             let len = r.count(1)?;
@@ -176,7 +176,7 @@ pub struct AcquireCall<'a> {
     pub id: Option<Cow<'a, [u8]>>,
     pub cost: u64,
     pub block: Option<u64>,
-    pub now: Option<Millis>,
+    pub now: Option<Instant>,
 }
 
 const ID: Opt = Opt::word("ID").doc("lease-id");
@@ -199,7 +199,7 @@ const LEASE_ID: Arg = arg("lease-id", ArgKind::String);
 impl Acquire {
     /// The answer to a call of its lease: its decision, seen from the caller's time, with
     /// the reset at the key's empty time.
-    fn seen(leases: &Leases, d: Decision, behind: u64, now: Millis) -> Decision {
+    fn seen(leases: &Leases, d: Decision, behind: Duration, now: Instant) -> Decision {
         d.seen_from_behind(behind)
             .resetting_at(leases.empty_at(), now)
     }
@@ -210,7 +210,7 @@ impl Acquire {
         clock: Clock,
         mode: Mode,
     ) -> Result<(Reply, bool, bool), Error> {
-        let behind = leases.latest().saturating_sub(clock.caller);
+        let behind = leases.latest().since(clock.caller);
         let (decision, id, changed) = match mode {
             Mode::Check | Mode::Apply => {
                 let id = call
@@ -292,7 +292,7 @@ impl Command for Acquire {
         }
     }
 
-    fn now(call: &AcquireCall<'_>) -> Option<Millis> {
+    fn now(call: &AcquireCall<'_>) -> Option<Instant> {
         call.now
     }
 
@@ -353,7 +353,7 @@ impl Command for Acquire {
     }
 
     /// `RL.ACQUIRE limit lease_ms ID <hex> [COST n] NOW at`: the lease granted or renewed.
-    fn effect<O: Out>(call: &AcquireCall<'_>, reply: &Reply, at: Millis, out: &mut O) {
+    fn effect<O: Out>(call: &AcquireCall<'_>, reply: &Reply, at: Instant, out: &mut O) {
         let id = match reply {
             Reply::Lease(_, Some(id)) => id.as_slice(),
             _ => call.id.as_deref().unwrap_or_default(),
@@ -365,7 +365,7 @@ impl Command for Acquire {
         if call.cost != args::COST_DEFAULT {
             out.option("COST", call.cost);
         }
-        out.option("NOW", at);
+        out.now(at);
     }
 
     fn block(call: &AcquireCall<'_>) -> Option<u64> {
@@ -373,15 +373,15 @@ impl Command for Acquire {
     }
 
     /// A renewal of a lease the caller holds does not queue.
-    fn jumps_queue(leases: &Leases, call: &AcquireCall<'_>, now: Millis) -> bool {
+    fn jumps_queue(leases: &Leases, call: &AcquireCall<'_>, now: Instant) -> bool {
         call.id.as_deref().is_some_and(|id| leases.holds(now, id))
     }
 
-    fn refusal(state: Option<&Leases>, call: &AcquireCall<'_>, now: Millis) -> Reply {
+    fn refusal(state: Option<&Leases>, call: &AcquireCall<'_>, now: Instant) -> Reply {
         let decision = match state {
             Some(l) => {
                 let d = l.evaluate(now, &call.params, call.cost, call.id.as_deref());
-                Acquire::seen(l, d, l.latest().saturating_sub(now), now)
+                Acquire::seen(l, d, l.latest().since(now), now)
             }
             None => Leases::new(&call.params).evaluate(now, &call.params, call.cost, None),
         };
@@ -398,16 +398,16 @@ impl Command for Acquire {
         Some(Leases::new(&call.params))
     }
 
-    fn evaluate(leases: &Leases, call: &AcquireCall<'_>, now: Millis) -> Decision {
+    fn evaluate(leases: &Leases, call: &AcquireCall<'_>, now: Instant) -> Decision {
         leases.evaluate(now, &call.params, call.cost, call.id.as_deref())
     }
 
-    fn evaluate_free(leases: &Leases, call: &AcquireCall<'_>, now: Millis) -> Decision {
+    fn evaluate_free(leases: &Leases, call: &AcquireCall<'_>, now: Instant) -> Decision {
         leases.evaluate(now, &call.params, 0, call.id.as_deref())
     }
 
     /// A lease id the key cannot take is an error, whatever the units.
-    fn check(leases: &Leases, call: &AcquireCall<'_>, now: Millis) -> Result<(), Error> {
+    fn check(leases: &Leases, call: &AcquireCall<'_>, now: Instant) -> Result<(), Error> {
         match call.id.as_deref() {
             Some(id) if call.cost > 0 => leases
                 .check_id(now, id)
@@ -416,13 +416,13 @@ impl Command for Acquire {
         }
     }
 
-    fn fits(leases: &Leases, call: &AcquireCall<'_>, now: Millis) -> Result<(), Error> {
+    fn fits(leases: &Leases, call: &AcquireCall<'_>, now: Instant) -> Result<(), Error> {
         leases
             .check_grant(now, call.cost, call.id.as_deref())
             .map_err(|r| refused(r, call.id.as_deref()))
     }
 
-    fn commit(leases: &mut Leases, call: &AcquireCall<'_>, now: Millis) -> Option<Reply> {
+    fn commit(leases: &mut Leases, call: &AcquireCall<'_>, now: Instant) -> Option<Reply> {
         let got = leases
             .acquire(now, &call.params, call.cost, call.id.as_deref())
             .ok()?;
@@ -451,7 +451,7 @@ pub struct Extend;
 pub struct HeldCall<'a> {
     pub id: Cow<'a, [u8]>,
     pub lease_ms: u64,
-    pub now: Option<Millis>,
+    pub now: Option<Instant>,
 }
 
 args::option_set! {
@@ -478,12 +478,12 @@ fn parse_held<'a>(words: &[&'a [u8]], hex: bool, extend: bool) -> Result<HeldCal
 }
 
 /// The answer to a release or an extension of a lease that is not held (or a missing key).
-fn not_held(leases: Option<&Leases>, now: Millis) -> Decision {
+fn not_held(leases: Option<&Leases>, now: Instant) -> Decision {
     match leases {
         Some(l) => Decision {
             allowed: false,
             ..l.peek(now)
-                .seen_from_behind(l.latest().saturating_sub(now))
+                .seen_from_behind(l.latest().since(now))
                 .resetting_at(l.empty_at(), now)
         },
         None => Decision {
@@ -491,7 +491,7 @@ fn not_held(leases: Option<&Leases>, now: Millis) -> Decision {
             limit: 0,
             remaining: 0,
             retry_after: Wait::None,
-            reset_after_ms: 0,
+            reset_after: Duration::ZERO,
         },
     }
 }
@@ -512,7 +512,7 @@ fn change(
         return Ok(Ran::unchanged(Reply::Ok));
     }
     let before = leases.empty_at();
-    let behind = leases.latest().saturating_sub(clock.caller);
+    let behind = leases.latest().since(clock.caller);
     let done = if extend {
         leases.extend(clock.caller, &call.id, call.lease_ms)
     } else {
@@ -555,7 +555,7 @@ macro_rules! held_command {
                 }
             }
 
-            fn now(call: &HeldCall<'_>) -> Option<Millis> {
+            fn now(call: &HeldCall<'_>) -> Option<Instant> {
                 call.now
             }
 
@@ -575,27 +575,27 @@ macro_rules! held_command {
             }
 
             /// `RL.RELEASE <hex> NOW at`, `RL.EXTEND <hex> lease_ms NOW at`.
-            fn effect<O: Out>(call: &HeldCall<'_>, _reply: &Reply, at: Millis, out: &mut O) {
+            fn effect<O: Out>(call: &HeldCall<'_>, _reply: &Reply, at: Instant, out: &mut O) {
                 out.hex(&call.id);
                 if $extend {
                     out.number(call.lease_ms);
                 }
-                out.option("NOW", at);
+                out.now(at);
             }
 
-            fn refusal(state: Option<&Leases>, _call: &HeldCall<'_>, now: Millis) -> Reply {
+            fn refusal(state: Option<&Leases>, _call: &HeldCall<'_>, now: Instant) -> Reply {
                 Reply::Decision(not_held(state, now))
             }
 
-            fn evaluate(leases: &Leases, _call: &HeldCall<'_>, now: Millis) -> Decision {
+            fn evaluate(leases: &Leases, _call: &HeldCall<'_>, now: Instant) -> Decision {
                 leases.peek(now)
             }
 
-            fn evaluate_free(leases: &Leases, _call: &HeldCall<'_>, now: Millis) -> Decision {
+            fn evaluate_free(leases: &Leases, _call: &HeldCall<'_>, now: Instant) -> Decision {
                 leases.peek(now)
             }
 
-            fn commit(_leases: &mut Leases, _call: &HeldCall<'_>, _now: Millis) -> Option<Reply> {
+            fn commit(_leases: &mut Leases, _call: &HeldCall<'_>, _now: Instant) -> Option<Reply> {
                 None
             }
         }
@@ -638,7 +638,7 @@ held_command!(Extend, true, &EXTEND_INFO);
 /// byte, the longest, and the server's own form at the end of its sequence and around
 /// `now`.
 #[cfg(test)]
-pub fn sample_id(pick: u8, now: Millis) -> Option<String> {
+pub fn sample_id(pick: u8, now: Instant) -> Option<String> {
     const SEQ_END: u64 = crate::core::sample::SEQ_END;
     Some(match pick % 9 {
         0 | 1 => return None,
@@ -647,7 +647,7 @@ pub fn sample_id(pick: u8, now: Millis) -> Option<String> {
         4 => format!("{now}-{SEQ_END}"),
         5 => format!("{now}-{}", SEQ_END - 1),
         6 => format!("{}-0", now + 1),
-        7 => format!("{}-0", now.saturating_sub(1)),
+        7 => format!("{}-0", now.saturating_sub(Duration::MS)),
         _ => format!("{}-7", now + 5),
     })
 }

@@ -3,11 +3,11 @@
 //! the last end cost O(number of chunks + CHUNK) additions.
 
 use super::semaphore::{cost_of, end_of, key_of, Chunk, Cut, Leases, CHUNK};
-use crate::core::{Millis, Wait};
+use crate::core::{Duration, Instant, Wait};
 
 impl Leases {
     /// The chunk where `key` is or would go.
-    pub(super) fn chunk_for(&self, key: (Millis, u32)) -> usize {
+    pub(super) fn chunk_for(&self, key: (Instant, u32)) -> usize {
         let slots = &self.slots;
         let i = self.chunks.partition_point(|c| {
             c.slots
@@ -90,7 +90,7 @@ impl Leases {
 
     /// The leases ended at `t` (end <= t): their units and number, and where the first
     /// lease still held at `t` sits.
-    pub(super) fn cut(&self, t: Millis) -> Cut {
+    pub(super) fn cut(&self, t: Instant) -> Cut {
         let slots = &self.slots;
         let mut cut = Cut {
             units: 0,
@@ -117,17 +117,17 @@ impl Leases {
     }
 
     /// Units held at `t`.
-    pub fn held_at(&self, t: Millis) -> u64 {
+    pub fn held_at(&self, t: Instant) -> u64 {
         self.total - self.cut(t).units
     }
 
     /// Leases held at `t`.
-    pub fn live_at(&self, t: Millis) -> usize {
+    pub fn live_at(&self, t: Instant) -> usize {
         self.count - self.cut(t).count
     }
 
     /// When the last lease ends.
-    pub(super) fn last_end(&self) -> Option<Millis> {
+    pub(super) fn last_end(&self) -> Option<Instant> {
         let last = self.chunks.last()?.slots.last()?;
         Some(end_of(&self.slots, *last))
     }
@@ -135,17 +135,18 @@ impl Leases {
     /// When the key is back to empty: its last lease's end, and never before the
     /// millisecond after the last id it made (so that a key deleted and made again does not
     /// make that id again). `None` when that has passed at the latest time.
-    pub fn empty_at(&self) -> Option<Millis> {
+    pub fn empty_at(&self) -> Option<Instant> {
         let at = self
             .last_end()
-            .unwrap_or(0)
-            .max(self.last_id.0.saturating_add(1));
-        (at > self.latest && (self.count > 0 || self.last_id != (0, 0))).then_some(at)
+            .unwrap_or(Instant::EPOCH)
+            .max(self.last_id.0.saturating_add(Duration::MS));
+        let made_one = self.last_id != (Instant::EPOCH, 0);
+        (at > self.latest && (self.count > 0 || made_one)).then_some(at)
     }
 
     /// How long from `now` until `need` units held at `now` have ended, the cut at `now`
     /// being `cut`.
-    pub(super) fn wait_for(&self, now: Millis, cut: &Cut, need: u64) -> Wait {
+    pub(super) fn wait_for(&self, now: Instant, cut: &Cut, need: u64) -> Wait {
         let slots = &self.slots;
         let mut freed = 0u64;
         for (i, ch) in self.chunks.iter().enumerate().skip(cut.chunk) {
@@ -163,7 +164,7 @@ impl Leases {
             for &x in rest {
                 freed += cost_of(slots, x);
                 if freed >= need {
-                    return Wait::Ms(end_of(slots, x).saturating_sub(now));
+                    return Wait::For(end_of(slots, x).since(now));
                 }
             }
         }

@@ -25,7 +25,7 @@ fn parses_acquire() {
     ];
     let req = Acquire::parse(&a, false).unwrap();
     assert_eq!(req.id.as_deref(), Some(&b"job 1"[..]));
-    assert_eq!((req.cost, req.block, req.now), (2, Some(0), Some(7)));
+    assert_eq!((req.cost, req.block, req.now), (2, Some(0), Some(Instant::from_ms(7))));
     assert_eq!(
         Acquire::parse(&words("5 30000 ID 6a6f62"), true)
             .unwrap()
@@ -56,7 +56,7 @@ fn parses_acquire() {
 #[test]
 fn parses_release_and_extend() {
     let r = Release::parse(&[b"a b", b"NOW", b"5"], false).unwrap();
-    assert_eq!((&*r.id, r.now), (&b"a b"[..], Some(5)));
+    assert_eq!((&*r.id, r.now), (&b"a b"[..], Some(Instant::from_ms(5))));
     let e = Extend::parse(&words("a 100"), false).unwrap();
     assert_eq!(e.lease_ms, 100);
     assert!(Extend::parse(&words("a"), false).is_err());
@@ -68,7 +68,7 @@ fn parses_release_and_extend() {
 /// that an `RL.APPLY` of it parses.
 fn effect<C: Command>(call: &C::Call<'_>, reply: &Reply) -> Vec<u8> {
     let mut line = Line::new(C::INFO.name);
-    C::effect(call, reply, 5, &mut line);
+    C::effect(call, reply, Instant::from_ms(5), &mut line);
     line.as_bytes().unwrap().to_vec()
 }
 
@@ -86,17 +86,17 @@ fn effects_carry_ids_in_hex() {
     assert_eq!(line, b"RL.RELEASE 61206200ff NOW 5");
     assert_eq!(from_hex(b"61206200ff").as_deref(), Some(id));
     let back = parse_back::<Release>(&line);
-    assert_eq!((&*back.id, back.now), (id, Some(5)));
+    assert_eq!((&*back.id, back.now), (id, Some(Instant::from_ms(5))));
 
     let extend = Extend::parse(&[id, b"100"], false).unwrap();
     let line = effect::<Extend>(&extend, &Reply::Ok);
     assert_eq!(line, b"RL.EXTEND 61206200ff 100 NOW 5");
     let back = parse_back::<Extend>(&line);
-    assert_eq!((&*back.id, back.lease_ms, back.now), (id, 100, Some(5)));
+    assert_eq!((&*back.id, back.lease_ms, back.now), (id, 100, Some(Instant::from_ms(5))));
 
     // A grant writes the id the run answered (one the server made, or the client's).
     let acquire = Acquire::parse(&words("5 30000 COST 2"), false).unwrap();
-    let decision = Leases::new(&acquire.params).peek(5);
+    let decision = Leases::new(&acquire.params).peek(Instant::from_ms(5));
     let granted = Reply::Lease(decision, Some(id.to_vec()));
     let line = effect::<Acquire>(&acquire, &granted);
     assert_eq!(line, b"RL.ACQUIRE 5 30000 ID 61206200ff COST 2 NOW 5");
@@ -104,7 +104,7 @@ fn effects_carry_ids_in_hex() {
     assert_eq!(back.id.as_deref(), Some(id));
     assert_eq!(
         (back.params, back.cost, back.block, back.now),
-        (acquire.params, 2, None, Some(5))
+        (acquire.params, 2, None, Some(Instant::from_ms(5)))
     );
     let named = Acquire::parse(&[b"5", b"30000", b"ID", id], false).unwrap();
     let line = effect::<Acquire>(&named, &Reply::Lease(decision, None));
@@ -115,7 +115,7 @@ fn effects_carry_ids_in_hex() {
 /// A lease at the edges: limits from 1 to 10^9, leases from 1 ms to 31 days, an id of its
 /// own or the server's ([`sample_id`]).
 impl crate::core::sample::Sample for Leases {
-    fn sample_words(p: [u8; 4], now: Millis) -> String {
+    fn sample_words(p: [u8; 4], now: Instant) -> String {
         use crate::core::sample::{cost_word, pick, DAY31};
         let limit = pick(p[0], &[1, 10, 1_000_000_000]);
         let lease = pick(p[1], &[1, 1000, DAY31]);

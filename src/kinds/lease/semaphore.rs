@@ -31,7 +31,7 @@ use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 
 use super::index::{Index, Slab};
-use crate::core::{Decision, Millis, Wait, MAX_TIMESTAMP};
+use crate::core::{Decision, Duration, Instant, Wait, MAX_TIMESTAMP};
 
 /// The largest limit (and so the largest cost a lease may hold).
 pub const MAX_LIMIT: u64 = 1_000_000_000;
@@ -72,7 +72,7 @@ pub fn valid_id(id: &[u8]) -> bool {
 #[derive(Clone, Debug)]
 pub(super) struct Slot {
     pub(super) id: Box<[u8]>,
-    pub(super) end: Millis,
+    pub(super) end: Instant,
     pub(super) cost: u32,
     pub(super) hash: u32,
 }
@@ -118,9 +118,9 @@ pub struct Corrupt(pub &'static str);
 #[derive(Clone, Debug)]
 pub struct Leases {
     pub(super) limit: u64,
-    pub(super) latest: Millis,
+    pub(super) latest: Instant,
     /// The last id made: `(ms, seq)`.
-    pub(super) last_id: (Millis, u64),
+    pub(super) last_id: (Instant, u64),
     /// Units of every stored lease, ended or not.
     pub(super) total: u64,
     /// Stored leases, ended or not.
@@ -143,8 +143,8 @@ pub(super) struct Cut {
     pub(super) at: usize,
 }
 
-pub(super) fn end_of(slots: &Slab<Slot>, s: u32) -> Millis {
-    slots.get(s).map_or(0, |x| x.end)
+pub(super) fn end_of(slots: &Slab<Slot>, s: u32) -> Instant {
+    slots.get(s).map_or(Instant::EPOCH, |x| x.end)
 }
 
 pub(super) fn cost_of(slots: &Slab<Slot>, s: u32) -> u64 {
@@ -155,12 +155,12 @@ pub(super) fn hash_of(slots: &Slab<Slot>, s: u32) -> u32 {
     slots.get(s).map_or(0, |x| x.hash)
 }
 
-pub(super) fn key_of(slots: &Slab<Slot>, s: u32) -> (Millis, u32) {
+pub(super) fn key_of(slots: &Slab<Slot>, s: u32) -> (Instant, u32) {
     (end_of(slots, s), s)
 }
 
 /// The parsed form of an id the server makes: `<ms>-<seq>`, canonical decimals.
-pub fn server_form(id: &[u8]) -> Option<(Millis, u64)> {
+pub fn server_form(id: &[u8]) -> Option<(Instant, u64)> {
     let dash = id.iter().position(|&b| b == b'-')?;
     let num = |d: &[u8]| -> Option<u64> {
         if d.is_empty() || d.len() > 20 || (d.len() > 1 && d[0] == b'0') {
@@ -172,7 +172,7 @@ pub fn server_form(id: &[u8]) -> Option<(Millis, u64)> {
                 .flatten()
         })
     };
-    let ms = num(id.get(..dash)?)?;
+    let ms = Instant::from_ms(num(id.get(..dash)?)?);
     let seq = num(id.get(dash + 1..)?)?;
     (ms <= MAX_TIMESTAMP && seq < SEQ_LIMIT).then_some((ms, seq))
 }
@@ -182,18 +182,18 @@ pub fn server_form(id: &[u8]) -> Option<(Millis, u64)> {
 /// States written before a lease named that way counted as made may hold such ids; one
 /// further ahead is left for [`Leases::from_parts`] to refuse.
 pub fn implied_last_id(
-    latest: Millis,
-    last_id: (Millis, u64),
-    leases: &[(Millis, u64, &[u8])],
-) -> (Millis, u64) {
+    latest: Instant,
+    last_id: (Instant, u64),
+    leases: &[(Instant, u64, &[u8])],
+) -> (Instant, u64) {
     leases
         .iter()
         .filter_map(|&(_, _, id)| server_form(id))
-        .filter(|made| made.0 <= latest.saturating_add(1))
+        .filter(|made| made.0 <= latest.saturating_add(Duration::MS))
         .fold(last_id, Ord::max)
 }
 
-fn format_id((ms, seq): (Millis, u64)) -> Vec<u8> {
+fn format_id((ms, seq): (Instant, u64)) -> Vec<u8> {
     format!("{ms}-{seq}").into_bytes()
 }
 
@@ -206,8 +206,8 @@ impl Leases {
     pub fn new(p: &Params) -> Leases {
         Leases {
             limit: p.limit,
-            latest: 0,
-            last_id: (0, 0),
+            latest: Instant::EPOCH,
+            last_id: (Instant::EPOCH, 0),
             total: 0,
             count: 0,
             slots: Slab::new(),
@@ -223,11 +223,11 @@ impl Leases {
         self.limit
     }
 
-    pub fn latest(&self) -> Millis {
+    pub fn latest(&self) -> Instant {
         self.latest
     }
 
-    pub fn last_id(&self) -> (Millis, u64) {
+    pub fn last_id(&self) -> (Instant, u64) {
         self.last_id
     }
 
@@ -254,17 +254,17 @@ impl Leases {
 
     /// The answer to `cost` units under `limit` at `now` (not before the latest time),
     /// changing nothing.
-    pub(super) fn decide(&self, now: Millis, limit: u64, cost: u64) -> Decision {
+    pub(super) fn decide(&self, now: Instant, limit: u64, cost: u64) -> Decision {
         let cut = self.cut(now);
         let held = self.total - cut.units;
         let free = limit.saturating_sub(held);
-        let reset_after_ms = self.empty_at().map_or(0, |at| at.saturating_sub(now));
+        let reset_after = self.empty_at().map_or(Duration::ZERO, |at| at.since(now));
         let mut d = Decision {
             allowed: true,
             limit,
             remaining: free,
             retry_after: Wait::None,
-            reset_after_ms,
+            reset_after,
         };
         if cost > limit {
             d.allowed = false;
@@ -280,25 +280,25 @@ impl Leases {
 
     /// The answer to a `COST 0` call under the limit last used: units free now, changing
     /// nothing.
-    pub fn peek(&self, now: Millis) -> Decision {
+    pub fn peek(&self, now: Instant) -> Decision {
         self.decide(now.max(self.latest), self.limit, 0)
     }
 
     /// The answer to an acquisition of `cost` units under the limit last used (`RL.PEEK key
     /// COST n`): whether they are free at `now`, and if not when they will be; changing
     /// nothing.
-    pub fn peek_cost(&self, now: Millis, cost: u64) -> Decision {
+    pub fn peek_cost(&self, now: Instant, cost: u64) -> Decision {
         self.decide(now.max(self.latest), self.limit, cost)
     }
 
     /// Whether the lease `id` is held at `now`.
-    pub fn holds(&self, now: Millis, id: &[u8]) -> bool {
+    pub fn holds(&self, now: Instant, id: &[u8]) -> bool {
         let now = now.max(self.latest);
         self.find(id).is_some_and(|s| end_of(&self.slots, s) > now)
     }
 
     /// The answer an acquisition of `cost` under `p` would get at `now`, changing nothing.
-    pub fn evaluate(&self, now: Millis, p: &Params, cost: u64, id: Option<&[u8]>) -> Decision {
+    pub fn evaluate(&self, now: Instant, p: &Params, cost: u64, id: Option<&[u8]>) -> Decision {
         let now = now.max(self.latest);
         if cost > 0 && id.is_some_and(|id| self.holds(now, id)) {
             return self.decide(now, p.limit, 0);
@@ -307,7 +307,7 @@ impl Leases {
     }
 
     /// Drops up to [`PURGE_MAX`] leases ended at `t`, earliest first.
-    pub fn purge(&mut self, t: Millis) {
+    pub fn purge(&mut self, t: Instant) {
         let mut budget = PURGE_MAX;
         while budget > 0 {
             let Some(first) = self.chunks.first() else {
@@ -332,7 +332,8 @@ impl Leases {
             self.id_bytes -= id_class(slot.id.len());
             *slot = Slot {
                 id: Box::default(),
-                end: u64::from(self.free),
+                // A free slot's end holds the next free slot.
+                end: Instant::from_ms(u64::from(self.free)),
                 cost: 0,
                 hash: 0,
             };
@@ -347,7 +348,7 @@ impl Leases {
         }
     }
 
-    pub(super) fn insert(&mut self, id: &[u8], end: Millis, cost: u64) {
+    pub(super) fn insert(&mut self, id: &[u8], end: Instant, cost: u64) {
         let hash = self.hash(id);
         let slot = Slot {
             id: id.into(),
@@ -360,7 +361,7 @@ impl Leases {
         let s = match self.slots.get_mut(self.free) {
             Some(free) => {
                 let s = self.free;
-                self.free = u32::try_from(free.end).unwrap_or(NONE);
+                self.free = u32::try_from(free.end.ms()).unwrap_or(NONE);
                 *free = slot;
                 s
             }
@@ -373,7 +374,7 @@ impl Leases {
     }
 
     /// Moves lease `s` to end at `end`.
-    pub(super) fn set_end(&mut self, s: u32, end: Millis) {
+    pub(super) fn set_end(&mut self, s: u32, end: Instant) {
         self.order_remove(s);
         if let Some(slot) = self.slots.get_mut(s) {
             slot.end = end;
@@ -384,7 +385,7 @@ impl Leases {
     /// The id the server makes next at `now` (not before the latest time): `<now>-0` once the
     /// clock has passed the last id made, else the one after it. Held by no lease (see the
     /// module docs); `None` when the sequence is used up (not reached).
-    pub fn next_id(&self, now: Millis) -> Option<(Millis, u64)> {
+    pub fn next_id(&self, now: Instant) -> Option<(Instant, u64)> {
         let now = now.max(self.latest);
         let (ms, seq) = self.last_id;
         if now > ms {
@@ -395,14 +396,14 @@ impl Leases {
             // `ms` is `now` or `now + 1` (see `from_parts`): the next millisecond, if that
             // stays within one of the latest time and is a time an id may name (none is
             // left after the last millisecond of year 9999).
-            (ms <= now && ms < MAX_TIMESTAMP).then_some((ms + 1, 0))
+            (ms <= now && ms < MAX_TIMESTAMP).then_some((ms + Duration::MS, 0))
         }
     }
 
     /// Whether a new lease may be named `id` at `now` (not before the latest time): any id
     /// not of the server's form; one of that form at or below the last made, for a time
     /// reached, or the very id the server would make next (what an effect carries).
-    pub(super) fn admits(&self, now: Millis, id: &[u8]) -> bool {
+    pub(super) fn admits(&self, now: Instant, id: &[u8]) -> bool {
         match server_form(id) {
             None => true,
             Some(made) => made <= self.last_id || made.0 <= now || self.next_id(now) == Some(made),
@@ -413,7 +414,7 @@ impl Leases {
     /// (any id goes), any other must be in range and one the key admits (see
     /// [`Leases::admits`]). What a call checks before it decides: a bad id is an error
     /// whether or not units are free. Changes nothing.
-    pub fn check_id(&self, now: Millis, id: &[u8]) -> Result<(), Refusal> {
+    pub fn check_id(&self, now: Instant, id: &[u8]) -> Result<(), Refusal> {
         let now = now.max(self.latest);
         if self.holds(now, id) {
             Ok(())
@@ -423,7 +424,7 @@ impl Leases {
     }
 
     /// A new lease's id: in range, and one the key admits.
-    pub(super) fn check_new_id(&self, now: Millis, id: &[u8]) -> Result<(), Refusal> {
+    pub(super) fn check_new_id(&self, now: Instant, id: &[u8]) -> Result<(), Refusal> {
         if !valid_id(id) {
             Err(Refusal::OutOfRange)
         } else if !self.admits(now, id) {
@@ -435,7 +436,7 @@ impl Leases {
 
     /// Room for a new lease at `now` (not before the latest time): fewer than the most a
     /// key holds, and an id to make when `makes_id`.
-    pub(super) fn check_room(&self, now: Millis, makes_id: bool) -> Result<(), Refusal> {
+    pub(super) fn check_room(&self, now: Instant, makes_id: bool) -> Result<(), Refusal> {
         if makes_id && self.next_id(now).is_none() {
             Err(Refusal::NoIdLeft)
         } else if self.live_at(now) >= MAX_LEASES {
@@ -449,7 +450,7 @@ impl Leases {
     /// granted at `now` once its units are free, against the key's caps: a renewal of a
     /// lease held always can; a new one needs a cost and an id in range, an id the key
     /// admits, and room (see [`Refusal`]). Changes nothing.
-    pub fn check_grant(&self, now: Millis, cost: u64, id: Option<&[u8]>) -> Result<(), Refusal> {
+    pub fn check_grant(&self, now: Instant, cost: u64, id: Option<&[u8]>) -> Result<(), Refusal> {
         let now = now.max(self.latest);
         if cost == 0 {
             return Ok(());
@@ -469,7 +470,7 @@ impl Leases {
     /// Adds lease `id` of `cost` ending at `end`, once its checks have passed at `now`:
     /// `ended`, the slot of an ended lease of the same id, goes, and an id of the server's
     /// form becomes the last made when it is above it.
-    pub(super) fn grant(&mut self, now: Millis, id: &[u8], cost: u64, end: Millis, ended: Option<u32>) {
+    pub(super) fn grant(&mut self, now: Instant, id: &[u8], cost: u64, end: Instant, ended: Option<u32>) {
         if let Some(s) = ended {
             self.remove_slot(s);
         }
@@ -485,7 +486,7 @@ impl Leases {
     /// `lease_ms` from now instead, taking nothing more. COST 0 changes nothing.
     pub fn acquire(
         &mut self,
-        now: Millis,
+        now: Instant,
         p: &Params,
         cost: u64,
         id: Option<&[u8]>,
@@ -494,7 +495,7 @@ impl Leases {
         let held = id.and_then(|id| self.find(id));
         if let Some(s) = held {
             if end_of(&self.slots, s) > now && cost > 0 {
-                self.set_end(s, now.saturating_add(p.lease_ms));
+                self.set_end(s, now.saturating_add(Duration::from_ms(p.lease_ms)));
                 self.latest = now;
                 self.limit = p.limit;
                 self.purge(now);
@@ -523,11 +524,11 @@ impl Leases {
             Some(id) => id.to_vec(),
             None => format_id(self.next_id(now).ok_or(Refusal::NoIdLeft)?),
         };
-        self.grant(now, &id, cost, now.saturating_add(p.lease_ms), held);
+        self.grant(now, &id, cost, now.saturating_add(Duration::from_ms(p.lease_ms)), held);
         self.limit = p.limit;
         self.purge(now);
         let decision = Decision {
-            reset_after_ms: self.empty_at().map_or(0, |at| at - now),
+            reset_after: self.empty_at().map_or(Duration::ZERO, |at| at - now),
             ..decision
         };
         Ok(Acquired {
@@ -539,14 +540,14 @@ impl Leases {
 
     /// Checks that [`Leases::record`] would take an acquisition decided elsewhere, changing
     /// nothing: a renewal of a lease held at `now`, or a new lease within the key's caps.
-    pub fn check_record(&self, now: Millis, cost: u64, id: &[u8]) -> Result<(), Refusal> {
+    pub fn check_record(&self, now: Instant, cost: u64, id: &[u8]) -> Result<(), Refusal> {
         self.recorded(now, cost, id).map(|_| ())
     }
 
     /// What [`Leases::record`] does at `now` (not before the latest time): `(true, slot)` to
     /// renew the lease held in that slot, `(false, slot)` to add one (in place of the ended
     /// lease of the same id in `slot`, if any), or why it cannot.
-    pub(super) fn recorded(&self, now: Millis, cost: u64, id: &[u8]) -> Result<(bool, Option<u32>), Refusal> {
+    pub(super) fn recorded(&self, now: Instant, cost: u64, id: &[u8]) -> Result<(bool, Option<u32>), Refusal> {
         if cost == 0 {
             // An effect records something: a grant carries its cost.
             return Err(Refusal::OutOfRange);
@@ -569,10 +570,10 @@ impl Leases {
     /// lease `id` holds `cost` until `now + lease_ms`, renewed when it is held (its cost then
     /// unused, as for the call that renewed it), whatever the limit. The same caps as a
     /// client's call ([`Leases::check_record`]): refused, changing nothing, beyond them.
-    pub fn record(&mut self, now: Millis, p: &Params, cost: u64, id: &[u8]) -> Result<(), Refusal> {
+    pub fn record(&mut self, now: Instant, p: &Params, cost: u64, id: &[u8]) -> Result<(), Refusal> {
         let (renewed, slot) = self.recorded(now, cost, id)?;
         let now = now.max(self.latest);
-        let end = now.saturating_add(p.lease_ms);
+        let end = now.saturating_add(Duration::from_ms(p.lease_ms));
         match (renewed, slot) {
             (true, Some(s)) => self.set_end(s, end),
             (_, ended) => self.grant(now, id, cost, end, ended),
@@ -585,7 +586,7 @@ impl Leases {
 
     /// Frees the lease `id` at `now`; `None` when it is not held then (it has ended or
     /// never existed), changing nothing.
-    pub fn release(&mut self, now: Millis, id: &[u8]) -> Option<Decision> {
+    pub fn release(&mut self, now: Instant, id: &[u8]) -> Option<Decision> {
         let now = now.max(self.latest);
         let s = self.find(id)?;
         if end_of(&self.slots, s) <= now {
@@ -598,13 +599,13 @@ impl Leases {
     }
 
     /// Makes the lease `id` end `lease_ms` after `now`; `None` when it is not held then.
-    pub fn extend(&mut self, now: Millis, id: &[u8], lease_ms: u64) -> Option<Decision> {
+    pub fn extend(&mut self, now: Instant, id: &[u8], lease_ms: u64) -> Option<Decision> {
         let now = now.max(self.latest);
         let s = self.find(id)?;
         if end_of(&self.slots, s) <= now {
             return None;
         }
-        self.set_end(s, now.saturating_add(lease_ms));
+        self.set_end(s, now.saturating_add(Duration::from_ms(lease_ms)));
         self.latest = now;
         self.purge(now);
         Some(self.decide(now, self.limit, 0))
@@ -612,8 +613,8 @@ impl Leases {
 
     /// The leases held after the latest time, `(end, cost, id)` ordered by end then id:
     /// the canonical content of the state.
-    pub fn leases(&self) -> Vec<(Millis, u64, &[u8])> {
-        let mut out: Vec<(Millis, u64, &[u8])> = self
+    pub fn leases(&self) -> Vec<(Instant, u64, &[u8])> {
+        let mut out: Vec<(Instant, u64, &[u8])> = self
             .slots
             .iter()
             .filter(|s| !s.id.is_empty() && s.end > self.latest)
@@ -627,9 +628,9 @@ impl Leases {
     /// lease valid and ending after `latest`, ids distinct, ordered by end then id.
     pub fn from_parts(
         limit: u64,
-        latest: Millis,
-        last_id: (Millis, u64),
-        leases: &[(Millis, u64, &[u8])],
+        latest: Instant,
+        last_id: (Instant, u64),
+        leases: &[(Instant, u64, &[u8])],
     ) -> Result<Leases, Corrupt> {
         if !(1..=MAX_LIMIT).contains(&limit) || latest > MAX_TIMESTAMP {
             return Err(Corrupt("limit or time out of range"));
@@ -637,15 +638,15 @@ impl Leases {
         if leases.len() > MAX_LEASES {
             return Err(Corrupt("too many leases"));
         }
-        if last_id.0 > latest.saturating_add(1) || last_id.1 >= SEQ_LIMIT {
+        if last_id.0 > latest.saturating_add(Duration::MS) || last_id.1 >= SEQ_LIMIT {
             return Err(Corrupt("last id out of range"));
         }
         let mut l = Leases::new(&Params { limit, lease_ms: 1 });
         l.latest = latest;
         l.last_id = last_id;
-        let mut prev: Option<(Millis, &[u8])> = None;
+        let mut prev: Option<(Instant, &[u8])> = None;
         for &(end, cost, id) in leases {
-            if end <= latest || end > latest.saturating_add(MAX_LEASE_MS) {
+            if end <= latest || end > latest.saturating_add(Duration::from_ms(MAX_LEASE_MS)) {
                 return Err(Corrupt("a lease ends out of range"));
             }
             if cost == 0 || cost > MAX_LIMIT || !valid_id(id) {
@@ -665,7 +666,7 @@ impl Leases {
             prev = Some((end, id));
             l.insert(id, end, cost);
         }
-        if l.count == 0 && last_id == (0, 0) {
+        if l.count == 0 && last_id == (Instant::EPOCH, 0) {
             return Err(Corrupt("an empty state"));
         }
         Ok(l)

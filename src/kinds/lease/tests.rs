@@ -3,7 +3,7 @@
 use super::*;
 use proptest::prelude::*;
 
-const T0: Millis = 1_700_000_000_000;
+const T0: Instant = Instant::from_ms(1_700_000_000_000);
 
 fn p(limit: u64, lease_ms: u64) -> Params {
     Params { limit, lease_ms }
@@ -12,21 +12,21 @@ fn p(limit: u64, lease_ms: u64) -> Params {
 /// The obvious semaphore: a list of leases with their ends.
 #[derive(Debug, Clone)]
 struct Model {
-    latest: Millis,
+    latest: Instant,
     limit: u64,
-    leases: Vec<(Vec<u8>, Millis, u64)>,
+    leases: Vec<(Vec<u8>, Instant, u64)>,
 }
 
 impl Model {
-    fn held(&self, t: Millis) -> u64 {
+    fn held(&self, t: Instant) -> u64 {
         self.leases.iter().filter(|l| l.1 > t).map(|l| l.2).sum()
     }
 
-    fn find(&self, id: &[u8], t: Millis) -> Option<usize> {
+    fn find(&self, id: &[u8], t: Instant) -> Option<usize> {
         self.leases.iter().position(|l| l.0 == id && l.1 > t)
     }
 
-    fn wait(&self, t: Millis, limit: u64, cost: u64) -> Wait {
+    fn wait(&self, t: Instant, limit: u64, cost: u64) -> Wait {
         if cost > limit {
             return Wait::Never;
         }
@@ -39,7 +39,7 @@ impl Model {
         for l in ends {
             held -= l.2;
             if held + cost <= limit {
-                return Wait::Ms(l.1 - t);
+                return Wait::For(l.1 - t);
             }
         }
         Wait::Never
@@ -48,7 +48,7 @@ impl Model {
     /// (allowed, remaining, wait) and the id taken.
     fn acquire(
         &mut self,
-        now: Millis,
+        now: Instant,
         p: &Params,
         cost: u64,
         id: &[u8],
@@ -199,7 +199,7 @@ fn server_ids_never_repeat_and_are_never_held() {
     replica.release(T0, &made).unwrap();
     assert_eq!(l.next_id(T0 + 1), Some((T0 + 1, 1)));
     assert_eq!(replica.next_id(T0 + 1), Some((T0 + 1, 1)));
-    assert_eq!(server_form(b"1-0"), Some((1, 0)));
+    assert_eq!(server_form(b"1-0"), Some((Instant::from_ms(1), 0)));
     for bad in [
         &b"01-0"[..],
         b"1-01",
@@ -315,7 +315,7 @@ proptest! {
     #[test]
     fn matches_a_list_of_leases(ops in prop::collection::vec(op(), 1..200)) {
         let mut l = Leases::new(&p(1, 1));
-        let mut m = Model { latest: 0, limit: 1, leases: Vec::new() };
+        let mut m = Model { latest: Instant::EPOCH, limit: 1, leases: Vec::new() };
         let mut t = T0;
         let mut made = std::collections::HashSet::new();
         for op in ops {

@@ -16,7 +16,7 @@ use crate::core::kind::{Compact, Encoding, Form, Params2, Rate, RateCall};
 use crate::core::limit::Limit;
 use crate::core::meta::{self, Info, Keys, Stats};
 use crate::core::sample::{self, Sample};
-use crate::core::{Decision, Millis, Wait, MAX_TIMESTAMP};
+use crate::core::{Decision, Duration, Instant, Wait, MAX_TIMESTAMP};
 
 const MAX_LIMIT: u64 = u32::MAX as u64;
 const MAX_WINDOW_MS: u64 = sample::DAY31;
@@ -28,34 +28,42 @@ pub struct Params {
     pub window_ms: u64,
 }
 
-/// The open window: `count` units until `end` (with none counted, no window: `end` 0).
+impl Params {
+    fn window(&self) -> Duration {
+        Duration::from_ms(self.window_ms)
+    }
+}
+
+/// The open window: `count` units until `end` (with none counted, no window: `end` the
+/// epoch).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Probe {
-    latest: Millis,
-    end: Millis,
+    latest: Instant,
+    end: Instant,
     count: u32,
     limit: u32,
     window_ms: u32,
 }
 
 impl Probe {
-    /// The one validating constructor: a count only in a window open after `latest`.
-    fn from_parts(p: Params, latest: Millis, count: u64, ahead: u64) -> Option<Probe> {
+    /// The one validating constructor: a count only in a window open after `latest`, for
+    /// `ahead` more.
+    fn from_parts(p: Params, latest: Instant, count: u64, ahead: Duration) -> Option<Probe> {
         let valid = (1..=MAX_LIMIT).contains(&p.limit)
             && (1..=MAX_WINDOW_MS).contains(&p.window_ms)
             && latest <= MAX_TIMESTAMP
-            && ahead <= MAX_WINDOW_MS
-            && (count == 0) == (ahead == 0);
+            && ahead.ms() <= MAX_WINDOW_MS
+            && (count == 0) == ahead.is_zero();
         valid.then_some(Probe {
             latest,
-            end: if count == 0 { 0 } else { latest + ahead },
+            end: if count == 0 { Instant::EPOCH } else { latest + ahead },
             count: u32::try_from(count).ok()?,
             limit: p.limit as u32,
             window_ms: p.window_ms as u32,
         })
     }
 
-    fn count_at(&self, now: Millis) -> u64 {
+    fn count_at(&self, now: Instant) -> u64 {
         if now < self.end {
             u64::from(self.count)
         } else {
@@ -63,11 +71,11 @@ impl Probe {
         }
     }
 
-    fn recorded(&self, now: Millis, p: &Params, cost: u64) -> Option<Probe> {
+    fn recorded(&self, now: Instant, p: &Params, cost: u64) -> Option<Probe> {
         let now = now.max(self.latest);
         let count = self.count_at(now).saturating_add(cost);
-        let end = if now < self.end { self.end } else { now + p.window_ms };
-        let ahead = if count == 0 { 0 } else { end - now };
+        let end = if now < self.end { self.end } else { now + p.window() };
+        let ahead = if count == 0 { Duration::ZERO } else { end - now };
         Probe::from_parts(*p, now, count, ahead)
     }
 }
@@ -83,20 +91,20 @@ impl Limit for Probe {
         }
     }
 
-    fn give_back(&mut self, now: Millis, units: u64) -> Decision {
+    fn give_back(&mut self, now: Instant, units: u64) -> Decision {
         let now = now.max(self.latest);
         let count = self.count_at(now).saturating_sub(units);
-        let ahead = if count == 0 { 0 } else { self.end - now };
+        let ahead = if count == 0 { Duration::ZERO } else { self.end - now };
         if let Some(next) = Probe::from_parts(self.stored(), now, count, ahead) {
             *self = next;
         }
         self.evaluate(now, &self.stored(), 0)
     }
 
-    fn evaluate(&self, now: Millis, p: &Params, cost: u64) -> Decision {
+    fn evaluate(&self, now: Instant, p: &Params, cost: u64) -> Decision {
         let now = now.max(self.latest);
         let count = self.count_at(now);
-        let end = if now < self.end { self.end } else { now + p.window_ms };
+        let end = if now < self.end { self.end } else { now + p.window() };
         let allowed = count.saturating_add(cost) <= p.limit;
         let after = if allowed { count + cost } else { count };
         Decision {
@@ -106,25 +114,25 @@ impl Limit for Probe {
             retry_after: match (allowed, cost > p.limit) {
                 (true, _) => Wait::None,
                 (false, true) => Wait::Never,
-                (false, false) => Wait::Ms(end - now),
+                (false, false) => Wait::For(end - now),
             },
-            reset_after_ms: if after > 0 { end - now } else { 0 },
+            reset_after: if after > 0 { end - now } else { Duration::ZERO },
         }
     }
 
-    fn record(&mut self, now: Millis, p: &Params, cost: u64) -> bool {
+    fn record(&mut self, now: Instant, p: &Params, cost: u64) -> bool {
         self.recorded(now, p, cost).map(|next| *self = next).is_some()
     }
 
-    fn can_record(&self, now: Millis, p: &Params, cost: u64) -> bool {
+    fn can_record(&self, now: Instant, p: &Params, cost: u64) -> bool {
         self.recorded(now, p, cost).is_some()
     }
 
-    fn empty_at(&self) -> Option<Millis> {
+    fn empty_at(&self) -> Option<Instant> {
         (self.count > 0).then_some(self.end)
     }
 
-    fn latest(&self) -> Millis {
+    fn latest(&self) -> Instant {
         self.latest
     }
 }
@@ -178,8 +186,8 @@ impl Rate for Probe {
 
     fn fresh(p: &Params) -> Probe {
         Probe {
-            latest: 0,
-            end: 0,
+            latest: Instant::EPOCH,
+            end: Instant::EPOCH,
             count: 0,
             limit: p.limit as u32,
             window_ms: p.window_ms as u32,
@@ -205,6 +213,7 @@ impl Encoding for Probe {
             return Err(Malformed("no such version for this kind"));
         }
         let (latest, count, ahead) = (r.varint()?, r.varint()?, r.varint()?);
+        let (latest, ahead) = (Instant::from_ms(latest), Duration::from_ms(ahead));
         let (limit, window_ms) = (r.varint()?, r.varint()?);
         let p = Params { limit, window_ms };
         Probe::from_parts(p, latest, count, ahead).ok_or(Malformed("not a probe's state"))
@@ -222,29 +231,29 @@ fn set_of(p: &Params) -> Params2 {
 impl Probe {
     /// `count << 32 | ahead`: the open window's end less `latest` fits 32 bits.
     fn tail(&self) -> u64 {
-        u64::from(self.count) << 32 | self.end.saturating_sub(self.latest)
+        u64::from(self.count) << 32 | self.end.since(self.latest).ms()
     }
 }
 
 impl Compact for Probe {
-    fn pack(&self) -> Option<(Params2, Millis, u64)> {
+    fn pack(&self) -> Option<(Params2, Instant, u64)> {
         let p = self.stored();
-        (self.latest >> 48 == 0).then(|| (set_of(&p), self.latest, self.tail()))
+        (self.latest.ms() >> 48 == 0).then(|| (set_of(&p), self.latest, self.tail()))
     }
 
-    fn unpack(set: Params2, latest: Millis, tail: u64) -> Self {
-        let ahead = tail & u64::from(u32::MAX);
+    fn unpack(set: Params2, latest: Instant, tail: u64) -> Self {
+        let ahead = Duration::from_ms(tail & u64::from(u32::MAX));
         Probe {
             latest,
-            end: if ahead == 0 { 0 } else { latest + ahead },
+            end: if ahead.is_zero() { Instant::EPOCH } else { latest + ahead },
             count: (tail >> 32) as u32,
             limit: (set.a >> 32) as u32,
             window_ms: set.a as u32,
         }
     }
 
-    fn encode_state<S: Sink>(latest: Millis, tail: u64, out: &mut S) {
-        out.varint(latest);
+    fn encode_state<S: Sink>(latest: Instant, tail: u64, out: &mut S) {
+        out.varint(latest.ms());
         out.varint(tail >> 32);
         out.varint(tail & u64::from(u32::MAX));
     }
@@ -254,21 +263,22 @@ impl Compact for Probe {
         out.varint(set.a & u64::from(u32::MAX));
     }
 
-    fn decode_state(r: &mut Reader) -> Option<(Millis, u64)> {
+    fn decode_state(r: &mut Reader) -> Option<(Instant, u64)> {
         let (latest, count, ahead) = (r.varint().ok()?, r.varint().ok()?, r.varint().ok()?);
+        let (latest, ahead) = (Instant::from_ms(latest), Duration::from_ms(ahead));
         let p = Params {
             limit: 1,
             window_ms: 1,
         };
         let state = Probe::from_parts(p, latest, count, ahead)?;
-        (latest >> 48 == 0).then(|| (latest, state.tail()))
+        (latest.ms() >> 48 == 0).then(|| (latest, state.tail()))
     }
 }
 
 impl Sample for Probe {
     const TEST_ONLY: bool = true;
 
-    fn sample_words(p: [u8; 4], _now: Millis) -> String {
+    fn sample_words(p: [u8; 4], _now: Instant) -> String {
         let limit = sample::pick(p[0], &[1, 2, 10, MAX_LIMIT]);
         let window = sample::pick(p[1], &[1, 1000, MAX_WINDOW_MS]);
         format!("PROBE {limit} {window}") + &sample::cost_word(p[2], limit)

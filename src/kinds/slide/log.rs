@@ -6,7 +6,7 @@ use super::{Window, Windows, MAX_LIMIT, MAX_WINDOWS, MAX_WINDOW_MS};
 use crate::core::chunks::class_ceil;
 use crate::core::limit::Limit;
 use crate::core::retention::Front;
-use crate::core::{Decision, Millis, Wait, MAX_TIMESTAMP};
+use crate::core::{Decision, Duration, Instant, Wait, MAX_TIMESTAMP};
 
 /// A sliding log with the windows it last recorded under.
 ///
@@ -16,9 +16,9 @@ use crate::core::{Decision, Millis, Wait, MAX_TIMESTAMP};
 /// comes back once small again.
 #[derive(Clone, Debug)]
 pub struct SlidingLog {
-    latest: Millis,
+    latest: Instant,
     /// The newest record's time (meaningless when there is none).
-    newest: Millis,
+    newest: Instant,
     /// The running total just before the first entry.
     before_front: u32,
     body: Body,
@@ -32,8 +32,8 @@ impl SlidingLog {
     /// An empty log that will report with `windows` until it records under others.
     pub fn new(windows: &[Window]) -> Self {
         let mut log = SlidingLog {
-            latest: 0,
-            newest: 0,
+            latest: Instant::EPOCH,
+            newest: Instant::EPOCH,
             before_front: 0,
             body: Body::Small(Small {
                 nwin: 0,
@@ -47,7 +47,7 @@ impl SlidingLog {
 
     /// The same log with a retention (see [`SlidingLog::retention`]), as persisted:
     /// `(window_ms, last_used)` pairs, shortest first, each longer than the current windows.
-    pub fn with_retention(mut self, entries: &[(u64, Millis)]) -> Result<Self, Corrupt> {
+    pub fn with_retention(mut self, entries: &[(u64, Instant)]) -> Result<Self, Corrupt> {
         let own = self.own_longest();
         let front = Front::from_entries(entries, own, false, MAX_WINDOW_MS, self.latest)
             .map_err(|e| Corrupt(e.0))?;
@@ -58,7 +58,7 @@ impl SlidingLog {
     /// The windows used before the current ones that may still count a record, as
     /// `(window_ms, last_used)`, shortest (most recently used) first; empty when the log
     /// keeps only what its current windows count.
-    pub fn retention(&self) -> &[(u64, Millis)] {
+    pub fn retention(&self) -> &[(u64, Instant)] {
         match &self.body {
             Body::Small(_) => &[],
             Body::Big(b) => b.kept.entries(),
@@ -195,8 +195,8 @@ impl SlidingLog {
     /// payload is refused instead of producing a log that misbehaves later.
     pub fn from_records(
         windows: &[Window],
-        latest: Millis,
-        records: impl IntoIterator<Item = (Millis, u64)>,
+        latest: Instant,
+        records: impl IntoIterator<Item = (Instant, u64)>,
     ) -> Result<Self, Corrupt> {
         if windows.is_empty() || windows.len() > MAX_WINDOWS {
             return Err(Corrupt("bad number of windows"));
@@ -223,11 +223,11 @@ impl SlidingLog {
             if !log.body.is_empty() && at <= log.newest {
                 return Err(Corrupt("records out of order"));
             }
-            if at - first >= MAX_WINDOW_MS || at > latest {
+            if (at - first).ms() >= MAX_WINDOW_MS || at > latest {
                 return Err(Corrupt("record out of range"));
             }
             log.push_entry(Entry {
-                at: at as u32,     // the low bits, see `ts`
+                at: at.ms() as u32, // the low bits, see `ts`
                 cum: total as u32, // total <= MAX_LIMIT
             });
             log.newest = at;
@@ -259,7 +259,7 @@ impl SlidingLog {
     }
 
     /// The recorded `(timestamp, units)` pairs, oldest first.
-    pub fn records(&self) -> impl Iterator<Item = (Millis, u64)> + '_ {
+    pub fn records(&self) -> impl Iterator<Item = (Instant, u64)> + '_ {
         let mut prev = self.before_front;
         self.body.iter().map(move |e| {
             let units = u64::from(e.cum.wrapping_sub(prev));
@@ -290,7 +290,7 @@ impl SlidingLog {
     /// Gives back up to `units` of the newest recorded units (never below empty), then answers
     /// like a `COST 0` call with the stored windows. O(log n) for a refund of any size: the
     /// cut is found by binary search on the running total.
-    pub fn refund(&mut self, now: Millis, units: u64) -> Decision {
+    pub fn refund(&mut self, now: Instant, units: u64) -> Decision {
         let now = now.max(self.latest);
         self.latest = now;
         let keep = self.prefix(self.body.len()).saturating_sub(units);
@@ -316,18 +316,19 @@ impl SlidingLog {
     }
 
     /// The answer to a `COST 0` call with the stored windows.
-    pub fn peek(&self, now: Millis) -> Decision {
+    pub fn peek(&self, now: Instant) -> Decision {
         self.evaluate(now, &self.windows(), 0)
     }
 
     /// The time of a record of this log: every record is less than 2^32 ms older than the
     /// newest, so its low 32 bits place it.
-    fn ts(&self, e: &Entry) -> Millis {
-        self.newest - u64::from((self.newest as u32).wrapping_sub(e.at))
+    fn ts(&self, e: &Entry) -> Instant {
+        let behind = (self.newest.ms() as u32).wrapping_sub(e.at);
+        self.newest - Duration::from_ms(u64::from(behind))
     }
 
     /// The newest record's time, `None` when the log is empty.
-    fn newest(&self) -> Option<Millis> {
+    fn newest(&self) -> Option<Instant> {
         (!self.body.is_empty()).then_some(self.newest)
     }
 
@@ -345,8 +346,8 @@ impl SlidingLog {
     }
 
     /// The first entry inside `(now - window, now]` and the units from there on.
-    fn used(&self, now: Millis, window_ms: u64) -> (usize, u64) {
-        let start = match now.checked_sub(window_ms) {
+    fn used(&self, now: Instant, window_ms: u64) -> (usize, u64) {
+        let start = match now.checked_sub(Duration::from_ms(window_ms)) {
             // O(1) while the oldest record is still in the window (the usual case).
             Some(edge) => self.body.leading(|e| self.ts(e) <= edge),
             None => 0,
@@ -355,7 +356,7 @@ impl SlidingLog {
     }
 
     /// How long until `cost` more units fit in `w`, given `used` units from entry `start` on.
-    fn wait(&self, now: Millis, w: &Window, start: usize, used: u64, cost: u64) -> Wait {
+    fn wait(&self, now: Instant, w: &Window, start: usize, used: u64, cost: u64) -> Wait {
         if cost > w.limit {
             return Wait::Never;
         }
@@ -364,22 +365,22 @@ impl SlidingLog {
         // The entry whose departure brings the window down far enough.
         let j = self.body.leading(|e| self.units_through(e) < target);
         match self.body.get(j) {
-            Some(e) => Wait::Ms((self.ts(e) + w.window_ms).saturating_sub(now)),
+            Some(e) => Wait::For((self.ts(e) + Duration::from_ms(w.window_ms)).since(now)),
             None => Wait::Never, // unreachable while must_leave <= used
         }
     }
 
-    fn reset_after(&self, now: Millis, windows: &[Window]) -> u64 {
+    fn reset_after(&self, now: Instant, windows: &[Window]) -> Duration {
         match self.newest() {
-            Some(newest) => (newest + longest(windows)).saturating_sub(now),
-            None => 0,
+            Some(newest) => (newest + Duration::from_ms(longest(windows))).since(now),
+            None => Duration::ZERO,
         }
     }
 
     /// The retention after a call at `now` under `windows`: the one pending, with the
     /// stored windows added when the call's are shorter (the newest record being their last
     /// use as far as records go), less what the call's windows dominate or what has passed.
-    fn retention_after(&self, now: Millis, windows: &[Window]) -> Front {
+    fn retention_after(&self, now: Instant, windows: &[Window]) -> Front {
         if self.retention().is_empty() && self.same_windows(windows) {
             // No retention, and the same windows add none: the common call.
             return Front::default();
@@ -395,7 +396,7 @@ impl SlidingLog {
     /// [`SlidingLog::retention_after`]); `None` when the record would break the log's
     /// invariants: windows or a time out of range, or more units kept than the 32-bit
     /// running totals hold.
-    fn retention_recorded(&self, now: Millis, windows: &[Window], cost: u64) -> Option<Front> {
+    fn retention_recorded(&self, now: Instant, windows: &[Window], cost: u64) -> Option<Front> {
         let now = now.max(self.latest);
         if windows.is_empty()
             || windows.len() > MAX_WINDOWS
@@ -427,7 +428,7 @@ impl SlidingLog {
     /// Drops the records older than `cutoff`. O(log n), and frees a bounded number of
     /// chunks (see [`Chunks::drop_front`]); called with nothing to drop, it frees some of
     /// what earlier calls left.
-    fn trim_before(&mut self, cutoff: Millis) {
+    fn trim_before(&mut self, cutoff: Instant) {
         let n = self.body.leading(|e| self.ts(e) < cutoff);
         if let Some(last_dropped) = n.checked_sub(1).and_then(|i| self.body.get(i)) {
             self.before_front = last_dropped.cum;
@@ -437,7 +438,7 @@ impl SlidingLog {
 
     /// Adds `units` at `now`, no earlier than the newest record: merged into it when in the
     /// same millisecond.
-    fn push(&mut self, now: Millis, units: u32) {
+    fn push(&mut self, now: Instant, units: u32) {
         let same_ms = self.newest() == Some(now);
         let cum = match self.body.last_mut() {
             Some(back) if same_ms => {
@@ -448,7 +449,7 @@ impl SlidingLog {
             None => self.before_front.wrapping_add(units),
         };
         self.push_entry(Entry {
-            at: now as u32, // the low bits, see `ts`
+            at: now.ms() as u32, // the low bits, see `ts`
             cum,
         });
         self.newest = now;
@@ -481,7 +482,7 @@ impl Limit for SlidingLog {
         self.windows()
     }
 
-    fn give_back(&mut self, now: Millis, units: u64) -> Decision {
+    fn give_back(&mut self, now: Instant, units: u64) -> Decision {
         self.refund(now, units)
     }
 
@@ -489,18 +490,18 @@ impl Limit for SlidingLog {
     /// window of the current parameters. `None` when nothing is recorded.
     ///
     /// A retention keeps the key too, while a record it keeps could still be counted.
-    fn empty_at(&self) -> Option<Millis> {
+    fn empty_at(&self) -> Option<Instant> {
         let newest = self.newest()?;
-        let own = newest + self.own_longest();
+        let own = newest + Duration::from_ms(self.own_longest());
         let kept = match &self.body {
             Body::Small(_) => None,
             Body::Big(b) => b.kept.empty_at(newest),
         };
-        Some(own.max(kept.unwrap_or(0)))
+        Some(own.max(kept.unwrap_or(Instant::EPOCH)))
     }
 
     /// The answer to `cost` units at `now` under `windows`, without recording anything.
-    fn evaluate(&self, now: Millis, windows: &[Window], cost: u64) -> Decision {
+    fn evaluate(&self, now: Instant, windows: &[Window], cost: u64) -> Decision {
         let now = now.max(self.latest);
         let mut allowed = true;
         // (remaining, window, limit) of the tightest window, ties going to the longer window
@@ -525,8 +526,8 @@ impl Limit for SlidingLog {
             }
         }
         let (remaining, _, tight_limit) = tightest.unwrap_or((0, 0, 0));
-        let reset_after_ms = if allowed && cost > 0 {
-            longest(windows)
+        let reset_after = if allowed && cost > 0 {
+            Duration::from_ms(longest(windows))
         } else {
             self.reset_after(now, windows)
         };
@@ -536,14 +537,14 @@ impl Limit for SlidingLog {
                 limit,
                 remaining,
                 retry_after: wait,
-                reset_after_ms,
+                reset_after,
             },
             _ => Decision {
                 allowed: true,
                 limit: tight_limit,
                 remaining: remaining.saturating_sub(cost),
                 retry_after: Wait::None,
-                reset_after_ms,
+                reset_after,
             },
         }
     }
@@ -551,7 +552,7 @@ impl Limit for SlidingLog {
     /// Records `cost` units at `now` under `windows` without checking any limit: the effect of
     /// a decision already taken (by this server, or by the primary for a replica). Returns
     /// false, changing nothing, when the record would break the log's invariants.
-    fn record(&mut self, now: Millis, windows: &[Window], cost: u64) -> bool {
+    fn record(&mut self, now: Instant, windows: &[Window], cost: u64) -> bool {
         let Some(retention) = self.retention_recorded(now, windows, cost) else {
             return false;
         };
@@ -568,17 +569,18 @@ impl Limit for SlidingLog {
         // What no window still counts goes: what has left the longest window, or the
         // retention's.
         let keep = retention.keep(longest(windows));
-        self.trim_before((now + 1).saturating_sub(keep));
+        let one = Duration::from_ms(1);
+        self.trim_before((now + one).saturating_sub(Duration::from_ms(keep)));
         self.push(now, cost as u32); // cost <= MAX_LIMIT, checked by retention_recorded
         self.settle_shape();
         true
     }
 
-    fn can_record(&self, now: Millis, windows: &[Window], cost: u64) -> bool {
+    fn can_record(&self, now: Instant, windows: &[Window], cost: u64) -> bool {
         self.retention_recorded(now, windows, cost).is_some()
     }
 
-    fn latest(&self) -> Millis {
+    fn latest(&self) -> Instant {
         self.latest
     }
 }
@@ -595,9 +597,9 @@ fn longest(windows: &[Window]) -> u64 {
 /// `a` is a longer wait than `b`; never is the longest.
 fn later(a: Wait, b: Wait) -> bool {
     let rank = |w: Wait| match w {
-        Wait::None => (0, 0),
-        Wait::Ms(ms) => (1, ms),
-        Wait::Never => (2, 0),
+        Wait::None => (0, Duration::ZERO),
+        Wait::For(d) => (1, d),
+        Wait::Never => (2, Duration::ZERO),
     };
     rank(a) > rank(b)
 }

@@ -41,6 +41,7 @@ use crate::core::kind::{Encoding, Form, Rate, RateCall};
 use crate::core::limit::Limit;
 use crate::core::meta::{self, Arg, ArgKind, Info, Keys, Stats};
 use crate::core::retention::MAX_KEPT;
+use crate::core::{Duration, Instant};
 
 /// Windows one call may check at once.
 pub const MAX_WINDOWS: usize = 8;
@@ -237,7 +238,7 @@ impl Encoding for SlidingLog {
 
     fn encode<S: Sink>(&self, out: &mut S) {
         let latest = self.latest();
-        out.varint(latest);
+        out.varint(latest.ms());
         let windows = self.windows();
         out.varint(windows.len() as u64);
         for w in windows.iter() {
@@ -248,18 +249,18 @@ impl Encoding for SlidingLog {
         out.varint(retention.len() as u64);
         for &(w, last_used) in retention {
             out.varint(w);
-            out.varint(last_used);
+            out.varint(last_used.ms());
         }
         out.varint(self.len() as u64);
         // The oldest record back from `latest`, each next one after the one before.
-        let mut prev = None;
+        let mut prev: Option<Instant> = None;
         for (at, units) in self.records() {
             if out.full() {
                 return;
             }
             match prev {
-                None => out.varint(latest - at),
-                Some(p) => out.varint(at - p),
+                None => out.varint((latest - at).ms()),
+                Some(p) => out.varint((at - p).ms()),
             }
             out.varint(units);
             prev = Some(at);
@@ -270,7 +271,7 @@ impl Encoding for SlidingLog {
         if !(1..=3).contains(&version) {
             return Err(Malformed("no such version for this kind"));
         }
-        let latest = r.varint()?;
+        let latest = Instant::from_ms(r.varint()?);
         let windows = get_windows(r)?;
         // Version 2 is written only for a retention: at least one entry, at most a
         // front's; version 3 always has the count, 0 for none.
@@ -282,7 +283,7 @@ impl Encoding for SlidingLog {
                     return Err(Malformed("bad retention length"));
                 }
                 let entries = (0..n)
-                    .map(|_| Ok((r.varint()?, r.varint()?)))
+                    .map(|_| Ok((r.varint()?, Instant::from_ms(r.varint()?))))
                     .collect::<Result<Vec<_>, Malformed>>()?;
                 (n > 0).then_some(entries)
             }
@@ -291,13 +292,14 @@ impl Encoding for SlidingLog {
         // Records are read as the log takes them, so that a big one is not held twice.
         // Versions 1 and 2: the first delta is the absolute time of the oldest record;
         // version 3: how long before `latest` it was.
-        let mut at: Option<u64> = None;
+        let mut at: Option<Instant> = None;
         let mut bad = None;
         let records = (0..n).map_while(|_| {
             let record = r.varint().and_then(|delta| {
+                let delta = Duration::from_ms(delta);
                 let next = match at {
                     None if version == 3 => latest.checked_sub(delta),
-                    None => Some(delta),
+                    None => Some(Instant::EPOCH + delta),
                     Some(prev) => prev.checked_add(delta),
                 };
                 let next = next.ok_or(Malformed("time out of range"))?;

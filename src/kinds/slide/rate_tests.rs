@@ -22,7 +22,7 @@ fn slide_with_two_windows_and_options() {
             }
         ]
     );
-    assert_eq!((s.cost, s.now), (3, Some(17)));
+    assert_eq!((s.cost, s.now), (3, Some(Instant::from_ms(17))));
     let plain = SlidingLog::parse(&words("1 1")).unwrap();
     assert_eq!((plain.cost, plain.now), (1, None));
 }
@@ -44,7 +44,7 @@ fn empty_and_odd_arguments() {
         Err(Error::Range {
             arg: "NOW",
             min: 0,
-            max: MAX_TIMESTAMP
+            max: MAX_TIMESTAMP.ms()
         })
     );
     assert_eq!(
@@ -103,7 +103,7 @@ proptest! {
 #[case("10 1000 COST -1", Error::Range { arg: "COST", min: 0, max: COST_MAX })]
 #[case("10 1000 COST 1 COST 2", Error::RepeatedOption("COST"))]
 #[case("10 1000 NOW 1 now 2", Error::RepeatedOption("NOW"))]
-#[case("10 1000 NOW 253402300800000", Error::Range { arg: "NOW", min: 0, max: MAX_TIMESTAMP })]
+#[case("10 1000 NOW 253402300800000", Error::Range { arg: "NOW", min: 0, max: MAX_TIMESTAMP.ms() })]
 #[case("10 1000 BURST 2", Error::UnknownOption("BURST".into()))]
 #[case("10 1000 COST 1 10 1000", Error::UnknownOption("10".into()))]
 #[case("1 1 2 2 3 3 4 4 5 5 6 6 7 7 8 8 9 9", Error::TooManyWindows(8))]
@@ -114,7 +114,7 @@ fn bad_input_names_the_argument(#[case] line: &str, #[case] want: Error) {
 /// One to three windows at the edges: limits from 1 to 2^32 - 1, windows from 1 ms to 31
 /// days.
 impl crate::core::sample::Sample for SlidingLog {
-    fn sample_words(p: [u8; 4], _now: crate::core::Millis) -> String {
+    fn sample_words(p: [u8; 4], _now: crate::core::Instant) -> String {
         use crate::core::sample::{cost_word, pick, DAY31};
         let mut words = String::from("SLIDE");
         let mut limit = 0;

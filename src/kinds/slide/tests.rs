@@ -3,7 +3,7 @@
 use super::*;
 use proptest::prelude::*;
 
-const T0: Millis = 1_700_000_000_000;
+const T0: Instant = Instant::from_ms(1_700_000_000_000);
 
 fn w(limit: u64, window_ms: u64) -> Window {
     Window { limit, window_ms }
@@ -13,26 +13,26 @@ fn w(limit: u64, window_ms: u64) -> Window {
 /// wait found by trying every instant at which a record leaves a window.
 #[derive(Default)]
 struct Naive {
-    records: Vec<(Millis, u64)>,
-    latest: Millis,
+    records: Vec<(Instant, u64)>,
+    latest: Instant,
 }
 
 impl Naive {
-    fn used(&self, now: Millis, window: u64) -> u64 {
+    fn used(&self, now: Instant, window: u64) -> u64 {
         self.records
             .iter()
-            .filter(|(t, _)| now < window || *t > now - window)
+            .filter(|(t, _)| now.ms() < window || *t > now - window)
             .map(|(_, c)| c)
             .sum()
     }
 
-    fn fits(&self, now: Millis, windows: &[Window], cost: u64) -> bool {
+    fn fits(&self, now: Instant, windows: &[Window], cost: u64) -> bool {
         windows
             .iter()
             .all(|x| self.used(now, x.window_ms) + cost <= x.limit)
     }
 
-    fn acquire(&mut self, now: Millis, windows: &[Window], cost: u64) -> (bool, u64, Wait) {
+    fn acquire(&mut self, now: Instant, windows: &[Window], cost: u64) -> (bool, u64, Wait) {
         let now = now.max(self.latest);
         let remaining_before = windows
             .iter()
@@ -49,9 +49,9 @@ impl Naive {
         if windows.iter().any(|x| cost > x.limit) {
             return (false, remaining_before, Wait::Never);
         }
-        let mut candidates: Vec<Millis> = windows
+        let mut candidates: Vec<Instant> = windows
             .iter()
-            .flat_map(|x| self.records.iter().map(move |(t, _)| t + x.window_ms))
+            .flat_map(|x| self.records.iter().map(move |(t, _)| *t + x.window_ms))
             .filter(|t| *t > now)
             .collect();
         candidates.sort();
@@ -59,7 +59,7 @@ impl Naive {
             .into_iter()
             .find(|t| self.fits(*t, windows, cost))
             .unwrap();
-        (false, remaining_before, Wait::Ms(at - now))
+        (false, remaining_before, Wait::For(at - now))
     }
 }
 
@@ -330,7 +330,7 @@ fn from_records_refuses_broken_logs() {
     let ws = vec![w(10, 1000)];
     let ok = SlidingLog::from_records(&ws, T0 + 5, [(T0, 1), (T0 + 5, 2)]);
     assert_eq!(ok.unwrap().records().count(), 2);
-    type Case = (Vec<Window>, Millis, Vec<(Millis, u64)>);
+    type Case = (Vec<Window>, Instant, Vec<(Instant, u64)>);
     let cases: [Case; 7] = [
         (vec![], T0, vec![]),
         (vec![w(0, 1000)], T0, vec![]),
@@ -351,11 +351,11 @@ fn from_records_refuses_broken_logs() {
 /// never less.
 #[derive(Default)]
 struct Rule {
-    records: Vec<(Millis, u64, u64)>,
+    records: Vec<(Instant, u64, u64)>,
 }
 
 impl Rule {
-    fn record(&mut self, now: Millis, windows: &[Window], cost: u64) {
+    fn record(&mut self, now: Instant, windows: &[Window], cost: u64) {
         let own = longest(windows);
         for r in &mut self.records {
             r.2 = r.2.max(own);
@@ -364,10 +364,10 @@ impl Rule {
         self.records.push((now, cost, own));
     }
 
-    fn used(&self, now: Millis, window: u64) -> u64 {
+    fn used(&self, now: Instant, window: u64) -> u64 {
         self.records
             .iter()
-            .filter(|(t, _, _)| now < window || *t > now - window)
+            .filter(|(t, _, _)| now.ms() < window || *t > now - window)
             .map(|(_, c, _)| c)
             .sum()
     }
@@ -377,10 +377,10 @@ impl Rule {
 /// the longest window, or a retention's, computed as the log's rule says), and a refund
 /// takes the newest units. The storage is what this checks.
 #[derive(Default)]
-struct Records(Vec<(Millis, u64)>, u64, Front);
+struct Records(Vec<(Instant, u64)>, u64, Front);
 
 impl Records {
-    fn record(&mut self, now: Millis, longest: u64, cost: u64) {
+    fn record(&mut self, now: Instant, longest: u64, cost: u64) {
         let before = self.0.last().map(|&(newest, _)| (self.1, newest));
         self.2.record(now, longest, before, true);
         self.1 = longest;
@@ -522,14 +522,14 @@ proptest! {
         let mut now = T0;
         for (gap, cost, back_in_time) in steps {
             // Occasionally go back in time: it must count as the latest time seen.
-            let at = if back_in_time { now.saturating_sub(gap) } else { now + gap };
+            let at = if back_in_time { now.saturating_sub(Duration::from_ms(gap)) } else { now + gap };
             now = now.max(at);
             let d = log.acquire(at, &windows, cost);
             let (allowed, remaining, wait) = naive.acquire(at, &windows, cost);
             prop_assert_eq!(d.allowed, allowed);
             prop_assert_eq!(d.remaining, remaining);
             prop_assert_eq!(d.retry_after, wait);
-            if let Wait::Ms(ms) = wait {
+            if let Wait::For(ms) = wait {
                 // The wait is exact: one millisecond earlier is still refused.
                 prop_assert!(!log.evaluate(log.latest().max(at) + ms - 1, &windows, cost).allowed);
                 prop_assert!(log.evaluate(log.latest().max(at) + ms, &windows, cost).allowed);
@@ -554,11 +554,11 @@ proptest! {
         let mut rule = Rule::default();
         let mut all = Naive::default();
         let mut now = T0;
-        let mut run: Option<(usize, Millis)> = None;
+        let mut run: Option<(usize, Instant)> = None;
         for (pick, gap, cost, back_in_time) in steps {
             let i = pick % pool.len();
             let windows = &pool[i];
-            let at = if back_in_time { now.saturating_sub(gap) } else { now + gap };
+            let at = if back_in_time { now.saturating_sub(Duration::from_ms(gap)) } else { now + gap };
             now = now.max(at);
             let t = log.latest().max(at);
             let (mut rule_fits, mut all_fits) = (true, true);
@@ -602,10 +602,10 @@ proptest! {
         steps in prop::collection::vec((0usize..4, 0u64..400), 1..200),
     ) {
         let mut log = SlidingLog::new(&[w(MAX_LIMIT, pool[0])]);
-        let mut calls: Vec<(u64, Millis)> = Vec::new();
+        let mut calls: Vec<(u64, Instant)> = Vec::new();
         // What the model keeps, and what the log should keep with its one cutoff.
-        let mut model: Vec<Millis> = Vec::new();
-        let mut cut: Vec<Millis> = Vec::new();
+        let mut model: Vec<Instant> = Vec::new();
+        let mut cut: Vec<Instant> = Vec::new();
         let mut now = T0;
         for (pick, gap) in steps {
             now += gap;
@@ -621,7 +621,7 @@ proptest! {
             model.retain(|&r| calls.iter().any(|&(w, c)| c >= r && r + w > now));
             let k = calls.iter().filter(|&&(w, c)| c + w > now).map(|c| c.0).max();
             cut.retain(|&r| r + k.unwrap_or(0) > now);
-            let kept: Vec<Millis> = log.records().map(|r| r.0).collect();
+            let kept: Vec<Instant> = log.records().map(|r| r.0).collect();
             for r in &model {
                 prop_assert!(kept.contains(r), "{} dropped at {}", r, now);
             }
@@ -636,7 +636,7 @@ proptest! {
     ) {
         let ws = [w(1000, 100_000)];
         let mut log = SlidingLog::new(&ws);
-        let mut model: Vec<(Millis, u64)> = Vec::new();
+        let mut model: Vec<(Instant, u64)> = Vec::new();
         for (i, c) in costs.iter().enumerate() {
             let t = T0 + (i as u64 / 2);
             log.acquire(t, &ws, *c);
@@ -774,7 +774,7 @@ proptest! {
             let used: u64 = model.0.iter().filter(|r| r.0 + window > now).map(|r| r.1).sum();
             prop_assert_eq!(log.peek(now).remaining, MAX_LIMIT - used);
             let empty_at = model.0.last().map(|r| {
-                let kept = model.2.empty_at(r.0).unwrap_or(0);
+                let kept = model.2.empty_at(r.0).unwrap_or(Instant::EPOCH);
                 (r.0 + longest(&windows)).max(kept)
             });
             prop_assert_eq!(log.empty_at(), empty_at);

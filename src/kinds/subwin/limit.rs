@@ -3,7 +3,7 @@
 use super::ring::{SubWindow, LATEST_LOW, LIMIT, RING_AND_LATEST_HIGH, TOTAL};
 use super::{Params, MAX_LIMIT};
 use crate::core::limit::Limit;
-use crate::core::{Decision, Millis, Wait};
+use crate::core::{Decision, Duration, Instant, Wait};
 
 impl Limit for SubWindow {
     type Params = Params;
@@ -13,12 +13,12 @@ impl Limit for SubWindow {
         self.params()
     }
 
-    fn give_back(&mut self, now: Millis, units: u64) -> Decision {
+    fn give_back(&mut self, now: Instant, units: u64) -> Decision {
         self.refund(now, units)
     }
 
     /// Counts `p`'s window only, whatever else the ring keeps.
-    fn evaluate(&self, now: Millis, p: &Params, cost: u64) -> Decision {
+    fn evaluate(&self, now: Instant, p: &Params, cost: u64) -> Decision {
         let now = now.max(self.latest());
         let n = p.subintervals().min(self.ring_n());
         // An empty ring (a new key) counts nothing.
@@ -46,11 +46,11 @@ impl Limit for SubWindow {
             limit: p.limit,
             remaining: p.limit.saturating_sub(after),
             retry_after,
-            reset_after_ms: newest.map_or(0, |i| self.empty_from(i, n).saturating_sub(now)),
+            reset_after: newest.map_or(Duration::ZERO, |i| self.empty_from(i, n).since(now)),
         }
     }
 
-    fn record(&mut self, now: Millis, p: &Params, cost: u64) -> bool {
+    fn record(&mut self, now: Instant, p: &Params, cost: u64) -> bool {
         let Some(r) = self.recording(now, p, cost) else {
             return false;
         };
@@ -72,26 +72,26 @@ impl Limit for SubWindow {
         true
     }
 
-    fn can_record(&self, now: Millis, p: &Params, cost: u64) -> bool {
+    fn can_record(&self, now: Instant, p: &Params, cost: u64) -> bool {
         self.recording(now, p, cost).is_some()
     }
 
     /// A retention keeps the key too, while the window it is for still counts a unit.
-    fn empty_at(&self) -> Option<Millis> {
+    fn empty_at(&self) -> Option<Instant> {
         let newest = self.newest_counted()?;
         let own = self.empty_from(newest, self.n());
         // The last millisecond of the newest unit's sub-interval, as a front's last uses.
-        let newest_ms = (newest + 1) * self.resolution() - 1;
+        let newest_ms = Instant::from_ms((newest + 1) * self.resolution() - 1);
         let kept = self
             .front()
             .and_then(|f| f.empty_at(newest_ms))
-            .unwrap_or(0);
+            .unwrap_or(Instant::EPOCH);
         Some(own.max(kept))
     }
 
-    fn latest(&self) -> Millis {
+    fn latest(&self) -> Instant {
         let high = u64::from(self.word(RING_AND_LATEST_HIGH) >> 16);
-        (high << 32) | u64::from(self.word(LATEST_LOW))
+        Instant::from_ms((high << 32) | u64::from(self.word(LATEST_LOW)))
     }
 
     /// A new block, at `now`, when `p` needs another ring: a new window or resolution, a window
@@ -100,7 +100,7 @@ impl Limit for SubWindow {
     /// since still counts moves to the new sub-interval holding the last millisecond of its
     /// old one (or `latest`, if earlier), so none is lost; when each stops counting is
     /// approximate, as the sub-intervals it was spread over are gone.
-    fn reshaped(&self, now: Millis, p: &Params) -> Option<SubWindow> {
+    fn reshaped(&self, now: Instant, p: &Params) -> Option<SubWindow> {
         if self.same_shape(p) {
             return None;
         }
@@ -118,7 +118,7 @@ impl Limit for SubWindow {
         let (new_oldest, _) = new.span();
         let mut total: u64 = 0;
         for (i, c) in (oldest..=newest).zip(self.ring(oldest, newest)) {
-            let j = new.index(((i + 1) * res - 1).min(latest));
+            let j = new.index(Instant::from_ms((i + 1) * res - 1).min(latest));
             let j = match j {
                 _ if c == 0 => continue,
                 j if j >= new_oldest => j,

@@ -42,6 +42,7 @@ use crate::core::kind::{Block, Encoding, Form, Rate, RateCall};
 use crate::core::limit::Limit;
 use crate::core::meta::{self, arg, ArgKind, Info, Keys, Stats};
 use crate::core::retention::{Front, MAX_KEPT};
+use crate::core::Instant;
 
 /// The largest limit. Counters are 32-bit and so is their total, which holds at most the
 /// window plus its trailing sub-interval: twice the limit.
@@ -173,14 +174,14 @@ impl Encoding for SubWindow {
 
     fn encode<S: Sink>(&self, out: &mut S) {
         let p = self.params();
-        for v in [self.latest(), p.limit, p.window_ms, p.resolution_ms] {
+        for v in [self.latest().ms(), p.limit, p.window_ms, p.resolution_ms] {
             out.varint(v);
         }
         let retention = self.retention();
         out.varint(retention.len() as u64);
         for &(w, last_used) in &retention {
             out.varint(w);
-            out.varint(last_used);
+            out.varint(last_used.ms());
         }
         // The non-zero counters, oldest first: how far back the first is, then the
         // sub-intervals skipped before each next one.
@@ -203,7 +204,7 @@ impl Encoding for SubWindow {
         if !(1..=3).contains(&version) {
             return Err(Malformed("no such version for this kind"));
         }
-        let latest = r.varint()?;
+        let latest = Instant::from_ms(r.varint()?);
         let p = Params {
             limit: r.varint()?,
             window_ms: r.varint()?,
@@ -220,7 +221,7 @@ impl Encoding for SubWindow {
                     return Err(Malformed("bad retention length"));
                 }
                 let entries = (0..n)
-                    .map(|_| Ok((r.varint()?, r.varint()?)))
+                    .map(|_| Ok((r.varint()?, Instant::from_ms(r.varint()?))))
                     .collect::<Result<Vec<_>, Malformed>>()?;
                 (n > 0).then_some(entries)
             }
@@ -256,7 +257,7 @@ impl Encoding for SubWindow {
             // MAX_SUBINTERVALS + 1 counters.
             let front = match &retention {
                 Some(entries) => Some(
-                    Front::from_entries(entries, 0, true, MAX_WINDOW_MS, u64::MAX)
+                    Front::from_entries(entries, 0, true, MAX_WINDOW_MS, Instant::from_ms(u64::MAX))
                         .map_err(|e| Malformed(e.0))?,
                 ),
                 None => None,

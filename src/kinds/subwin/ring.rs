@@ -4,7 +4,7 @@
 use super::{Params, MAX_SUBINTERVALS, MAX_WINDOW_MS};
 use crate::core::limit::Limit;
 use crate::core::retention::{Front, MAX_KEPT};
-use crate::core::{Decision, Millis, Wait, MAX_TIMESTAMP};
+use crate::core::{Decision, Duration, Instant, Wait, MAX_TIMESTAMP};
 
 
 
@@ -66,7 +66,7 @@ pub(super) struct Plan {
 
 /// What [`SubWindow::recording`] found a record writes.
 pub(super) struct Recording {
-    pub(super) now: Millis,
+    pub(super) now: Instant,
     pub(super) plan: Option<Plan>,
     /// The current sub-interval's counter and the total, the cost included.
     pub(super) count: u32,
@@ -128,8 +128,8 @@ impl SubWindow {
             let (w, last) = entries.get(k).copied().unwrap_or_default();
             // Windows are at most MAX_WINDOW_MS < 2^32, times below 2^48.
             self.put(FRONT + 3 * k, w as u32);
-            self.put(FRONT + 3 * k + 1, last as u32);
-            self.put(FRONT + 3 * k + 2, (last >> 32) as u32);
+            self.put(FRONT + 3 * k + 1, last.ms() as u32);
+            self.put(FRONT + 3 * k + 2, (last.ms() >> 32) as u32);
         }
     }
 
@@ -139,8 +139,8 @@ impl SubWindow {
     /// first, where `L` is the sub-interval of `latest`.
     pub fn from_parts(
         p: Params,
-        latest: Millis,
-        retention: Option<&[(u64, Millis)]>,
+        latest: Instant,
+        retention: Option<&[(u64, Instant)]>,
         counts: &[u64],
     ) -> Result<Self, Corrupt> {
         let w = SubWindow::empty_for(p, latest, retention)?;
@@ -161,8 +161,8 @@ impl SubWindow {
     /// not the ring.
     pub fn from_sparse(
         p: Params,
-        latest: Millis,
-        retention: Option<&[(u64, Millis)]>,
+        latest: Instant,
+        retention: Option<&[(u64, Instant)]>,
         nonzero: impl Iterator<Item = (u64, u64)>,
     ) -> Result<Self, Corrupt> {
         SubWindow::empty_for(p, latest, retention)?.fill(latest, nonzero)
@@ -171,8 +171,8 @@ impl SubWindow {
     /// The empty state [`SubWindow::from_parts`] fills: its parameters and retention checked.
     pub(super) fn empty_for(
         p: Params,
-        latest: Millis,
-        retention: Option<&[(u64, Millis)]>,
+        latest: Instant,
+        retention: Option<&[(u64, Instant)]>,
     ) -> Result<Self, Corrupt> {
         if !p.valid() {
             return Err(Corrupt("parameters out of range"));
@@ -185,7 +185,7 @@ impl SubWindow {
             Some(entries) => {
                 // A last use is the last millisecond of a sub-interval up to `latest`'s, at
                 // the resolution of its time (a coarser one, perhaps).
-                let max_time = latest + MAX_WINDOW_MS;
+                let max_time = latest + Duration::from_ms(MAX_WINDOW_MS);
                 let front =
                     Front::from_entries(entries, p.window_ms, true, MAX_WINDOW_MS, max_time)
                         .map_err(|e| Corrupt(e.0))?;
@@ -202,7 +202,7 @@ impl SubWindow {
     /// once; refused outside the ring) of an empty state, and the total.
     pub(super) fn fill(
         mut self,
-        latest: Millis,
+        latest: Instant,
         counters: impl Iterator<Item = (u64, u64)>,
     ) -> Result<Self, Corrupt> {
         self.set_latest(latest);
@@ -279,23 +279,24 @@ impl SubWindow {
             return None;
         }
         let len = ((self.word(WINDOW_AND_COUNT) >> 16) as usize).min(MAX_KEPT);
-        let entries: Vec<(u64, Millis)> = (0..len)
+        let entries: Vec<(u64, Instant)> = (0..len)
             .map(|k| {
                 let w = u64::from(self.word(FRONT + 3 * k));
                 let low = u64::from(self.word(FRONT + 3 * k + 1));
                 let high = u64::from(self.word(FRONT + 3 * k + 2));
-                (w, (high << 32) | low)
+                (w, Instant::from_ms((high << 32) | low))
             })
             .collect();
         // Written by `set_front` from a valid front, read back as it was.
-        Front::from_entries(&entries, 0, true, u64::MAX, u64::MAX).ok()
+        let any_time = Instant::from_ms(u64::MAX);
+        Front::from_entries(&entries, 0, true, u64::MAX, any_time).ok()
     }
 
     /// The windows used before the current one that may still count a unit, as
     /// `(window_ms, last_used)` (`last_used` the last millisecond of the newest sub-interval
     /// they counted), shortest first; the ring spans the longest. Empty when the ring is the
     /// window's and nothing is retained.
-    pub fn retention(&self) -> Vec<(u64, Millis)> {
+    pub fn retention(&self) -> Vec<(u64, Instant)> {
         self.front().map_or_else(Vec::new, |f| f.entries().to_vec())
     }
 
@@ -315,7 +316,8 @@ impl SubWindow {
         }
     }
 
-    pub(super) fn set_latest(&mut self, at: Millis) {
+    pub(super) fn set_latest(&mut self, at: Instant) {
+        let at = at.ms();
         let low = self.word(RING_AND_LATEST_HIGH) & 0xffff;
         // at <= MAX_TIMESTAMP < 2^48
         self.put(RING_AND_LATEST_HIGH, low | (((at >> 32) as u32) << 16));
@@ -323,8 +325,8 @@ impl SubWindow {
     }
 
     /// The sub-interval `t` falls in.
-    pub(super) fn index(&self, t: Millis) -> u64 {
-        t / self.resolution()
+    pub(super) fn index(&self, t: Instant) -> u64 {
+        t.ms() / self.resolution()
     }
 
     /// The sub-intervals the ring describes.
@@ -410,11 +412,11 @@ impl SubWindow {
     /// The estimate at `now` (not before `latest`) for a window of `n` sub-intervals (at
     /// most the ring's): the units of the full sub-intervals, and the trailing units the
     /// window still counts.
-    pub(super) fn estimate(&self, now: Millis, n: u64) -> (u64, u64) {
+    pub(super) fn estimate(&self, now: Instant, n: u64) -> (u64, u64) {
         let res = self.resolution();
         match self.index(now).checked_sub(n) {
             // Everything up to the trailing sub-interval has left the full window.
-            Some(t) => (self.units_after(t), weighted(self.count(t), now % res, res)),
+            Some(t) => (self.units_after(t), weighted(self.count(t), now.ms() % res, res)),
             None => (self.total(), 0),
         }
     }
@@ -422,11 +424,11 @@ impl SubWindow {
     /// How long until `cost` more units fit in a window of `n` sub-intervals, given the
     /// full part of the estimate at `now`; `cost <= limit`, and the call at `now` was
     /// refused.
-    pub(super) fn wait(&self, now: Millis, n: u64, limit: u64, cost: u64, mut full: u64) -> Wait {
+    pub(super) fn wait(&self, now: Instant, n: u64, limit: u64, cost: u64, mut full: u64) -> Wait {
         let res = self.resolution();
         let (oldest, newest) = self.span();
         let current = self.index(now);
-        let offset = now % res;
+        let offset = now.ms() % res;
         // Sub-interval by sub-interval, nothing new arriving: at the step where sub-interval
         // `t` trails (the current one being `t + n`), the full part has lost `t`, and the
         // trailing weight falls within the step. Steps whose trailing sub-interval is empty
@@ -457,17 +459,17 @@ impl SubWindow {
             };
             let at = first_fit.max(start);
             if at < res {
-                return Wait::Ms(step * res + at - now);
+                return Wait::For(Duration::from_ms(step * res + at - now.ms()));
             }
         }
         // Everything has gone once the newest sub-interval stops trailing.
-        Wait::Ms(((newest + n + 1) * res).saturating_sub(now))
+        Wait::For(Instant::from_ms((newest + n + 1) * res).since(now))
     }
 
     /// When units of sub-interval `newest` stop counting in a window of `n` sub-intervals:
     /// the last millisecond of the sub-interval in which they trail, where their weight is 0.
-    pub(super) fn empty_from(&self, newest: u64, n: u64) -> Millis {
-        (newest + n + 1) * self.resolution() - 1
+    pub(super) fn empty_from(&self, newest: u64, n: u64) -> Instant {
+        Instant::from_ms((newest + n + 1) * self.resolution() - 1)
     }
 
     /// The newest sub-interval with a unit in it.
@@ -492,7 +494,7 @@ impl SubWindow {
     /// break the ring's invariants: parameters or a time out of range, a shape the block
     /// does not have (the caller reshapes first, see [`Limit::reshaped`]), or a counter or
     /// the total past 32 bits (the ring may keep units of a longer window used before).
-    pub(super) fn recording(&self, now: Millis, p: &Params, cost: u64) -> Option<Recording> {
+    pub(super) fn recording(&self, now: Instant, p: &Params, cost: u64) -> Option<Recording> {
         let now = now.max(self.latest());
         if !p.valid() || now > MAX_TIMESTAMP {
             return None;
@@ -540,11 +542,11 @@ impl SubWindow {
     /// [`Front::record`]). A retention entry as long as the window is kept while pending,
     /// so that calls alternating between two windows keep one block instead of building a
     /// new one each time.
-    pub(super) fn plan(&self, now: Millis, p: &Params) -> Plan {
+    pub(super) fn plan(&self, now: Instant, p: &Params) -> Plan {
         let res = self.resolution();
         let before = self
             .newest_counted()
-            .map(|j| (self.n() * res, (j + 1) * res - 1));
+            .map(|j| (self.n() * res, Instant::from_ms((j + 1) * res - 1)));
         let mut front = self.front().unwrap_or_default();
         front.record(now, p.window_ms, before, false);
         let front = (!front.is_empty()).then_some(front);
@@ -573,7 +575,7 @@ impl SubWindow {
     }
 
     /// Moves the ring forward to `now`, clearing the sub-intervals it passes.
-    pub(super) fn advance(&mut self, now: Millis) {
+    pub(super) fn advance(&mut self, now: Instant) {
         let (from, to) = (self.index(self.latest()), self.index(now));
         let cleared = (to - from).min(self.ring_n() + 1);
         if cleared == self.ring_n() + 1 {
@@ -597,7 +599,7 @@ impl SubWindow {
 
     /// Gives back up to `units`, newest sub-interval first, and answers like
     /// [`SubWindow::peek`].
-    pub fn refund(&mut self, now: Millis, units: u64) -> Decision {
+    pub fn refund(&mut self, now: Instant, units: u64) -> Decision {
         let now = now.max(self.latest());
         self.advance(now);
         let (oldest, newest) = self.span();
@@ -617,7 +619,7 @@ impl SubWindow {
     }
 
     /// The answer to a `COST 0` call under the stored parameters.
-    pub fn peek(&self, now: Millis) -> Decision {
+    pub fn peek(&self, now: Instant) -> Decision {
         self.evaluate(now, &self.params(), 0)
     }
 

@@ -6,7 +6,7 @@ use crate::core::kind::Rate;
 use crate::core::limit::{charge, fuzz};
 use proptest::prelude::*;
 
-const T0: Millis = 1_700_000_000_000; // a multiple of 1000
+const T0: Instant = Instant::from_ms(1_700_000_000_000); // a multiple of 1000
 
 fn p(limit: u64, window_ms: u64, resolution_ms: u64) -> Params {
     Params {
@@ -80,8 +80,8 @@ fn refund_takes_back_the_newest_first_and_time_never_runs_backwards() {
         [1, 10, 2, 0, 1099]
     );
     assert_eq!(w.refund(T0 + 600, 6).as_reply(), [1, 10, 8, 0, 499]);
-    assert_eq!(w.count(T0 / 100 + 5), 0);
-    assert_eq!(w.count(T0 / 100), 2);
+    assert_eq!(w.count(T0.ms() / 100 + 5), 0);
+    assert_eq!(w.count(T0.ms() / 100), 2);
     assert_eq!(w.refund(T0 + 600, 9).as_reply(), [1, 10, 10, 0, 0]);
     assert_eq!(w.empty_at(), None);
 }
@@ -104,7 +104,7 @@ fn a_new_shape_keeps_units_at_the_end_of_their_sub_interval() {
     assert_eq!(w.peek(T0 + 420).remaining, 0);
     assert_eq!(
         w.evaluate(T0 + 420, &old, 1).retry_after,
-        Wait::Ms(1024 - 420)
+        Wait::For(Duration::from_ms(1024 - 420))
     );
     // Twice the resolution: the units move to 99 and 420 (latest), sub-intervals 0 and 2,
     // and the unit fits at +1049, later than in the old shape.
@@ -113,14 +113,14 @@ fn a_new_shape_keeps_units_at_the_end_of_their_sub_interval() {
     assert_eq!(r.peek(T0 + 420).remaining, 0);
     assert_eq!(
         r.acquire(T0 + 420, &new, 1).retry_after,
-        Wait::Ms(1049 - 420)
+        Wait::For(Duration::from_ms(1049 - 420))
     );
     assert!(w.reshaped(T0 + 420, &p(3, 1000, 100)).is_none());
 }
 
 /// A call as the command layer makes it: on a reshaped copy when the call needs one,
 /// kept only when the call records something.
-fn call(w: &mut SubWindow, now: Millis, p: &Params, cost: u64) -> Decision {
+fn call(w: &mut SubWindow, now: Instant, p: &Params, cost: u64) -> Decision {
     let mut next = w.reshaped(now, p).unwrap_or_else(|| w.clone());
     let d = next.acquire(now, p, cost);
     if d.allowed && cost > 0 {
@@ -267,35 +267,35 @@ fn from_parts_checks_every_field() {
     counts[3] = 1 << 32;
     assert!(SubWindow::from_parts(params, T0, None, &counts).is_err());
     // Before the epoch there is nothing to count.
-    assert!(SubWindow::from_parts(params, 50, None, &[1; 11]).is_err());
+    assert!(SubWindow::from_parts(params, Instant::from_ms(50), None, &[1; 11]).is_err());
 }
 
 /// The obviously-correct model: every recorded unit kept with its time, the estimate
 /// summed from scratch, the wait found by trying every millisecond.
 #[derive(Default)]
 struct Naive {
-    records: Vec<(Millis, u64)>,
-    latest: Millis,
+    records: Vec<(Instant, u64)>,
+    latest: Instant,
 }
 
 impl Naive {
-    fn used(&self, now: Millis, p: &Params) -> u64 {
+    fn used(&self, now: Instant, p: &Params) -> u64 {
         let (res, n) = (p.resolution_ms, p.window_ms / p.resolution_ms);
-        let current = now / res;
+        let current = now.ms() / res;
         let mut full = 0;
         let mut trail = 0;
         for &(t, c) in &self.records {
-            let i = t / res;
+            let i = t.ms() / res;
             if i <= current && i + n > current {
                 full += c;
             } else if i + n == current {
                 trail += c;
             }
         }
-        full + (trail * (res - 1 - now % res)).div_ceil(res)
+        full + (trail * (res - 1 - now.ms() % res)).div_ceil(res)
     }
 
-    fn acquire(&mut self, now: Millis, p: &Params, cost: u64) -> (bool, u64, Wait, u64) {
+    fn acquire(&mut self, now: Instant, p: &Params, cost: u64) -> (bool, u64, Wait, Duration) {
         let now = now.max(self.latest);
         let used = self.used(now, p);
         let allowed = used + cost <= p.limit;
@@ -308,12 +308,12 @@ impl Naive {
         } else if cost > p.limit {
             Wait::Never
         } else {
-            let d = (1..).find(|d| self.used(now + d, p) + cost <= p.limit);
-            Wait::Ms(d.unwrap_or(0))
+            let d = (1..).find(|&d| self.used(now + d, p) + cost <= p.limit);
+            Wait::For(Duration::from_ms(d.unwrap_or(0)))
         };
         let reset = (0..=p.window_ms + p.resolution_ms)
-            .find(|d| self.used(now + d, p) == 0)
-            .unwrap_or(u64::MAX);
+            .find(|&d| self.used(now + d, p) == 0)
+            .map_or(Duration::from_ms(u64::MAX), Duration::from_ms);
         let after = if allowed { used + cost } else { used };
         (allowed, p.limit.saturating_sub(after), wait, reset)
     }
@@ -325,25 +325,25 @@ impl Naive {
 /// The ring may keep more (a retention keeps the longest of several), never less.
 #[derive(Default)]
 struct Rule {
-    records: Vec<(Millis, u64, u64)>,
+    records: Vec<(Instant, u64, u64)>,
 }
 
 impl Rule {
-    fn record(&mut self, now: Millis, p: &Params, cost: u64) {
+    fn record(&mut self, now: Instant, p: &Params, cost: u64) {
         let (res, n) = (p.resolution_ms, p.subintervals());
         for r in &mut self.records {
             r.2 = r.2.max(n);
         }
         // In the last millisecond of its trailing sub-interval a unit weighs nothing.
         self.records
-            .retain(|&(t, _, m)| (t / res + m + 1) * res - 1 > now);
+            .retain(|&(t, _, m)| (t.ms() / res + m + 1) * res - 1 > now.ms());
         self.records.push((now, cost, n));
     }
 
     fn kept(&self) -> Naive {
         Naive {
             records: self.records.iter().map(|&(t, c, _)| (t, c)).collect(),
-            latest: 0,
+            latest: Instant::EPOCH,
         }
     }
 }
@@ -393,11 +393,11 @@ proptest! {
         let mut rule = Rule::default();
         let mut all = Naive::default();
         let mut now = T0;
-        let mut run: Option<(usize, Millis)> = None;
+        let mut run: Option<(usize, Instant)> = None;
         for (pick, gap, cost, back) in steps {
             let i = pick % pool.len();
             let q = &pool[i];
-            let at = if back { now.saturating_sub(gap) } else { now + gap };
+            let at = if back { now.saturating_sub(Duration::from_ms(gap)) } else { now + gap };
             now = now.max(at);
             let t = w.latest().max(at);
             let mut next = w.reshaped(at, q).unwrap_or_else(|| w.clone());
@@ -418,7 +418,7 @@ proptest! {
                 };
                 prop_assert_eq!(w.total(), w.counts().sum::<u64>());
                 sparse_round_trip(&w)?;
-                if let Some((_, since)) = run.filter(|&(_, since)| t / res > since / res + widest) {
+                if let Some((_, since)) = run.filter(|&(_, since)| t.ms() / res > since.ms() / res + widest) {
                     prop_assert!(w.retention().is_empty(), "used alone since {}", since);
                     prop_assert_eq!(w.heap_size(), 4 * (5 + q.subintervals() as usize + 1));
                 }
@@ -437,13 +437,13 @@ proptest! {
         let params = p(limit, n * res, res);
         let mut w = SubWindow::new(&params);
         let mut naive = Naive::default();
-        let mut now = if near_epoch { 0 } else { T0 };
+        let mut now = if near_epoch { Instant::EPOCH } else { T0 };
         for (gap, cost, back) in steps {
-            let at = if back { now.saturating_sub(gap) } else { now + gap };
+            let at = if back { now.saturating_sub(Duration::from_ms(gap)) } else { now + gap };
             now = now.max(at);
             let d = w.acquire(at, &params, cost);
             let want = naive.acquire(at, &params, cost);
-            prop_assert_eq!((d.allowed, d.remaining, d.retry_after, d.reset_after_ms), want);
+            prop_assert_eq!((d.allowed, d.remaining, d.retry_after, d.reset_after), want);
             prop_assert_eq!(w.total(), w.counts().sum::<u64>());
             sparse_round_trip(&w)?;
         }
@@ -468,7 +468,7 @@ proptest! {
         // The model takes back units from its newest records, within the ring.
         let mut left = refund;
         for (t, c) in naive.records.iter_mut().rev() {
-            if *t / 10 + 10 < now / 10 { break; }
+            if t.ms() / 10 + 10 < now.ms() / 10 { break; }
             let take = (*c).min(left);
             *c -= take;
             left -= take;
@@ -521,7 +521,7 @@ fn subwin_arguments(#[case] line: &str, #[case] want: Result<(u64, u64, u64, u64
 /// A ring at the edges: limits from 1 to 2^31 - 1, one sub-interval of 1 ms, 4,096 of one,
 /// and 4,000 over 31 days.
 impl crate::core::sample::Sample for SubWindow {
-    fn sample_words(p: [u8; 4], _now: Millis) -> String {
+    fn sample_words(p: [u8; 4], _now: Instant) -> String {
         use crate::core::sample::{cost_word, pick, DAY31};
         let limit = pick(p[0], &[1, 10, (1 << 31) - 1]);
         let (window, res) = [

@@ -63,7 +63,7 @@ fn seconds(ms: u64) -> i64 {
 /// redis-cell's reply for a decision.
 pub fn reply_of(d: Decision) -> [i64; 5] {
     let retry_after = match (d.allowed, d.retry_after) {
-        (false, Wait::Ms(ms)) => seconds(ms),
+        (false, Wait::For(d)) => seconds(d.ms()),
         // Allowed, or never (a quantity above the burst): -1, as redis-cell says.
         _ => -1,
     };
@@ -72,7 +72,7 @@ pub fn reply_of(d: Decision) -> [i64; 5] {
         i64::try_from(d.limit).unwrap_or(i64::MAX),
         i64::try_from(d.remaining).unwrap_or(i64::MAX),
         retry_after,
-        seconds(d.reset_after_ms),
+        seconds(d.reset_after.ms()),
     ]
 }
 

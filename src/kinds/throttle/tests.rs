@@ -7,9 +7,9 @@ use crate::core::args::words;
 use crate::core::codec::Reader;
 use crate::core::kind::{Encoding, Kind};
 use crate::core::limit::Limit;
-use crate::core::Millis;
+use crate::core::Instant;
 
-const T0: Millis = 1_700_000_000_000;
+const T0: Instant = Instant::from_ms(1_700_000_000_000);
 
 /// redis-cell's `rate_limit` and its reply, step by step as its source writes it, in exact
 /// integer arithmetic: time in ticks of `1/count` ms, so that one unit's interval (its
@@ -23,9 +23,9 @@ struct Cell {
 }
 
 impl Cell {
-    fn throttle(&mut self, now_ms: Millis, quantity: u64) -> [i64; 5] {
+    fn throttle(&mut self, now_ms: Instant, quantity: u64) -> [i64; 5] {
         let count = u128::from(self.count);
-        let now = u128::from(now_ms) * count;
+        let now = u128::from(now_ms.ms()) * count;
         let t = u128::from(self.period_s) * 1000;
         let tolerance = t * u128::from(self.max_burst + 1);
         let increment = t * u128::from(quantity);
@@ -60,7 +60,7 @@ impl Cell {
 
 /// The same calls as the command runs them (time never runs back here): parse, decide at
 /// `now`, record when allowed, the reset from the state recorded, reply.
-fn throttle(state: &mut Option<Throttle>, line: &str, now: Millis) -> [i64; 5] {
+fn throttle(state: &mut Option<Throttle>, line: &str, now: Instant) -> [i64; 5] {
     let call = Throttle::parse(&words(line)).unwrap();
     let p = call.params;
     let limiter = state.get_or_insert_with(|| Throttle::fresh(&p));
@@ -106,9 +106,9 @@ fn parses_redis_cells_arguments() {
     };
     assert_eq!((c.params, c.cost, c.now), (p, 1, None));
     let c = Throttle::parse(&words("0 1 1 3 NOW 5")).unwrap();
-    assert_eq!((c.params.burst, c.cost, c.now), (1, 3, Some(5)));
+    assert_eq!((c.params.burst, c.cost, c.now), (1, 3, Some(Instant::from_ms(5))));
     let c = Throttle::parse(&words("0 1 1 now 5")).unwrap();
-    assert_eq!((c.cost, c.now), (1, Some(5)));
+    assert_eq!((c.cost, c.now), (1, Some(Instant::from_ms(5))));
     for (line, want) in [
         ("15 30", Error::Arity),
         (
@@ -164,7 +164,7 @@ fn its_effect_parses_back() {
         let call = Throttle::parse(&words(line)).unwrap();
         let mut out = Line::new("CL.THROTTLE");
         Throttle::write_call(&call, &mut out);
-        out.option("NOW", T0);
+        out.now(T0);
         let text = String::from_utf8(out.as_bytes().unwrap().to_vec()).unwrap();
         let back = Throttle::parse(&words(&text["CL.THROTTLE ".len()..])).unwrap();
         assert_eq!((back.params, back.cost, back.now), (call.params, call.cost, Some(T0)));
@@ -223,7 +223,7 @@ impl crate::core::sample::Sample for Throttle {
         <Throttle as Rate>::reply(d)
     }
 
-    fn sample_words(p: [u8; 4], _now: Millis) -> String {
+    fn sample_words(p: [u8; 4], _now: Instant) -> String {
         use crate::core::sample::{pick, DAY31, SEQ_END};
         let burst = pick(p[0], &[0, 9, (1 << 31) - 2]);
         let count = pick(p[1], &[1, 10, (1 << 31) - 1]);

@@ -29,6 +29,7 @@ use super::intern;
 use crate::core::chunks::class_ceil;
 use crate::core::codec::{Malformed, Reader, SmallOut};
 use crate::core::kind::{Form, Kind, Params2};
+use crate::core::Instant;
 
 #[cfg(test)]
 mod test_key;
@@ -266,15 +267,15 @@ const _: () = assert!(std::mem::align_of::<Packed>() >= 8);
 /// The compact form's hooks, for every kind: a kind that is not compact has none (the
 /// registry implements this for each kind from its [`Form`]).
 pub trait MaybeCompact: Kind {
-    fn pack(&self) -> Option<(Params2, u64, u64)> {
+    fn pack(&self) -> Option<(Params2, Instant, u64)> {
         None
     }
-    fn unpack(_params: Params2, _latest: u64, _tail: u64) -> Option<Self> {
+    fn unpack(_params: Params2, _latest: Instant, _tail: u64) -> Option<Self> {
         None
     }
-    fn encode_state(_latest: u64, _tail: u64, _out: &mut SmallOut) {}
+    fn encode_state(_latest: Instant, _tail: u64, _out: &mut SmallOut) {}
     fn encode_params(_params: Params2, _out: &mut SmallOut) {}
-    fn decode_state(_r: &mut Reader) -> Option<(u64, u64)> {
+    fn decode_state(_r: &mut Reader) -> Option<(Instant, u64)> {
         None
     }
 }
@@ -301,16 +302,24 @@ macro_rules! compact_hooks {
     ($kind:ty) => {
         impl $crate::rm::storage::MaybeCompact for $kind {
             #[inline(always)]
-            fn pack(&self) -> Option<($crate::core::kind::Params2, u64, u64)> {
+            fn pack(&self) -> Option<($crate::core::kind::Params2, $crate::core::Instant, u64)> {
                 $crate::core::kind::Compact::pack(self)
             }
             #[inline(always)]
-            fn unpack(p: $crate::core::kind::Params2, latest: u64, tail: u64) -> Option<Self> {
+            fn unpack(
+                p: $crate::core::kind::Params2,
+                latest: $crate::core::Instant,
+                tail: u64,
+            ) -> Option<Self> {
                 Some(<$kind as $crate::core::kind::Compact>::unpack(
                     p, latest, tail,
                 ))
             }
-            fn encode_state(latest: u64, tail: u64, out: &mut $crate::core::codec::SmallOut) {
+            fn encode_state(
+                latest: $crate::core::Instant,
+                tail: u64,
+                out: &mut $crate::core::codec::SmallOut,
+            ) {
                 <$kind as $crate::core::kind::Compact>::encode_state(latest, tail, out)
             }
             fn encode_params(
@@ -319,7 +328,9 @@ macro_rules! compact_hooks {
             ) {
                 <$kind as $crate::core::kind::Compact>::encode_params(p, out)
             }
-            fn decode_state(r: &mut $crate::core::codec::Reader) -> Option<(u64, u64)> {
+            fn decode_state(
+                r: &mut $crate::core::codec::Reader,
+            ) -> Option<($crate::core::Instant, u64)> {
                 <$kind as $crate::core::kind::Compact>::decode_state(r)
             }
         }

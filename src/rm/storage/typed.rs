@@ -10,6 +10,7 @@ use super::intern::{self, Set};
 use super::*;
 use crate::core::chunks::class_ceil;
 use crate::core::codec::{Malformed, Reader, Sink, SmallOut};
+use crate::core::Instant;
 pub(super) fn tagged<T>(b: Box<T>, tag: usize) -> Raw {
     Box::into_raw(b).map_addr(|a| a | tag).cast()
 }
@@ -56,7 +57,7 @@ fn into_compact<K: Stored + MaybeCompact>(state: &K) -> Option<Raw> {
     let (params, latest, tail) = state.pack()?;
     let set = Set::of(K::INDEX, params);
     let slot = intern::table().intern(set, suffix::<K>)?;
-    boxed_compact(latest << SLOT_BITS | u64::from(slot), tail)
+    boxed_compact(latest.ms() << SLOT_BITS | u64::from(slot), tail)
 }
 
 /// The parameters' part of a compact kind's encoding, kept with its set.
@@ -164,7 +165,7 @@ pub unsafe fn borrow<'a, K: Stored + MaybeCompact + MaybeBlock>(
                 return None;
             }
             Inner::Copy {
-                state: K::unpack(set.params(), p.head >> SLOT_BITS, p.tail)?,
+                state: K::unpack(set.params(), Instant::from_ms(p.head >> SLOT_BITS), p.tail)?,
                 raw,
                 changed: false,
                 replace,
@@ -292,7 +293,7 @@ fn repack_in_place<K: Stored + MaybeCompact>(state: &K, raw: Raw) -> bool {
     // SAFETY: as above.
     unsafe {
         *packed = Packed {
-            head: latest << SLOT_BITS | u64::from(slot),
+            head: latest.ms() << SLOT_BITS | u64::from(slot),
             tail,
         }
     };
@@ -320,7 +321,7 @@ fn write_back<K: Stored + MaybeCompact + MaybeBlock>(
             // SAFETY: as above.
             unsafe {
                 *packed = Packed {
-                    head: latest << SLOT_BITS | u64::from(new_slot),
+                    head: latest.ms() << SLOT_BITS | u64::from(new_slot),
                     tail,
                 }
             };
@@ -409,7 +410,7 @@ pub(super) unsafe fn encode_typed<K: Stored + MaybeCompact + MaybeBlock>(
         if kind == K::INDEX {
             let mut out = SmallOut::new();
             Sink::put(&mut out, &[K::VERSION, K::CODE]);
-            K::encode_state(p.head >> SLOT_BITS, p.tail, &mut out);
+            K::encode_state(Instant::from_ms(p.head >> SLOT_BITS), p.tail, &mut out);
             out.put_padded(&suffix.padded(), suffix.byte_len());
             if !out.overflowed {
                 return f(out.as_bytes());
@@ -515,5 +516,5 @@ pub(super) fn decode_compact<K: Stored + MaybeCompact>(bytes: &[u8]) -> Option<R
         table.release(slot);
         return None;
     }
-    boxed_compact(latest << SLOT_BITS | u64::from(slot), tail)
+    boxed_compact(latest.ms() << SLOT_BITS | u64::from(slot), tail)
 }

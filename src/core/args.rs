@@ -257,11 +257,17 @@ pub fn positional_duration(
 /// would be read as milliseconds, so the unit is what says otherwise.
 #[inline(always)]
 pub fn duration(word: &[u8], name: &'static str, min: u64, max: u64) -> Result<u64, Error> {
+    duration_in(word, min, max).ok_or_else(|| duration_error(name, min, max))
+}
+
+/// [`duration`]'s value, `None` for anything it refuses (no error made).
+#[inline(always)]
+pub fn duration_in(word: &[u8], min: u64, max: u64) -> Option<u64> {
     // The common case, a bare number, costs one byte's test more than `int`.
     if word.last().is_some_and(u8::is_ascii_digit) {
-        return int(word, name, min, max).map_err(|_| duration_error(name, min, max));
+        return int_in(word, min, max);
     }
-    with_unit(word, name, min, max)
+    with_unit(word, min, max)
 }
 
 fn duration_error(name: &'static str, min: u64, max: u64) -> Error {
@@ -272,7 +278,7 @@ fn duration_error(name: &'static str, min: u64, max: u64) -> Error {
     }
 }
 
-fn with_unit(word: &[u8], name: &'static str, min: u64, max: u64) -> Result<u64, Error> {
+fn with_unit(word: &[u8], min: u64, max: u64) -> Option<u64> {
     let digits = word.iter().take_while(|b| b.is_ascii_digit()).count();
     let (number, unit) = word.split_at(digits);
     let per: u64 = match unit.to_ascii_lowercase().as_slice() {
@@ -281,27 +287,32 @@ fn with_unit(word: &[u8], name: &'static str, min: u64, max: u64) -> Result<u64,
         b"m" => 60_000,
         b"h" => 3_600_000,
         b"d" => 86_400_000,
-        _ => return Err(duration_error(name, min, max)),
+        _ => return None,
     };
-    int(number, name, 0, u64::MAX)
-        .ok()
+    int_in(number, 0, u64::MAX)
         .and_then(|n| n.checked_mul(per))
         .filter(|ms| (min..=max).contains(ms))
-        .ok_or_else(|| duration_error(name, min, max))
 }
 
 /// A decimal integer in `min..=max`, written the way Redis writes integers.
+#[inline]
+#[allow(clippy::unnecessary_lazy_evaluations)] // no error made (and dropped) on every call
 pub fn int(word: &[u8], name: &'static str, min: u64, max: u64) -> Result<u64, Error> {
-    let err = || Error::Range {
+    int_in(word, min, max).ok_or_else(|| Error::Range {
         arg: name,
         min,
         max,
-    };
+    })
+}
+
+/// [`int`]'s value, `None` for anything it refuses (no error made).
+#[inline]
+pub fn int_in(word: &[u8], min: u64, max: u64) -> Option<u64> {
     let (Some(&first), 1..=20) = (word.first(), word.len()) else {
-        return Err(err());
+        return None;
     };
     if first == b'0' && word.len() > 1 {
-        return Err(err());
+        return None;
     }
     let mut v: u64 = 0;
     let (head, tail) = word.split_at(word.len().min(19));
@@ -309,7 +320,7 @@ pub fn int(word: &[u8], name: &'static str, min: u64, max: u64) -> Result<u64, E
     for &b in head {
         let d = b.wrapping_sub(b'0');
         if d > 9 {
-            return Err(err());
+            return None;
         }
         v = v * 10 + u64::from(d);
     }
@@ -317,14 +328,10 @@ pub fn int(word: &[u8], name: &'static str, min: u64, max: u64) -> Result<u64, E
         let d = b.wrapping_sub(b'0');
         v = match v.checked_mul(10).and_then(|v| v.checked_add(u64::from(d))) {
             Some(v) if d <= 9 => v,
-            _ => return Err(err()),
+            _ => return None,
         };
     }
-    if (min..=max).contains(&v) {
-        Ok(v)
-    } else {
-        Err(err())
-    }
+    (min..=max).contains(&v).then_some(v)
 }
 
 /// The cost a [`COST`] option gives, [`COST_DEFAULT`] when none.

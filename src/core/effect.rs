@@ -205,7 +205,12 @@ fn keyword_tag(w: &[u8]) -> Option<u8> {
 
 /// The longest compact effect: 20 words of 11 bytes (`RL.SLIDE` with 8 windows of 64-bit
 /// numbers, `COST` and `NOW`, takes 18).
-const COMPACT_MAX_LEN: usize = 2 + 20 * 11;
+pub const COMPACT_MAX_LEN: usize = 2 + 20 * 11;
+
+/// A compact effect's room for most calls (a rate limiter of one or two windows, its
+/// options, `COST` and `NOW`): a smaller buffer to clear on every call. One that does not
+/// fit says so ([`Compact::overflowed`]), and is written again at full size.
+pub const COMPACT_SHORT_LEN: usize = 64;
 
 /// An effect being written in the compact form, what primaries propagate: the same words
 /// as the textual form, `COMPACT` and the command's code (each kind's command has its own,
@@ -213,24 +218,36 @@ const COMPACT_MAX_LEN: usize = 2 + 20 * 11;
 /// LEB128 varint; else the keyword tagged) — about 20 bytes where the text takes 40, so
 /// that Redis's AOF and replication buffers grow less. [`expand`] turns it back into the
 /// text.
-pub struct Compact {
-    buf: [u8; COMPACT_MAX_LEN],
+pub struct Compact<const N: usize = COMPACT_MAX_LEN> {
+    buf: [u8; N],
     len: usize,
     ok: bool,
+    /// A word did not fit in `N` bytes.
+    full: bool,
 }
 
 impl Compact {
     /// An effect of the command whose compact code is `code` (1 to 255; 0: the command has
-    /// no compact form, and the effect is refused).
+    /// no compact form, and the effect is refused), with room for the longest.
     #[inline(always)]
     pub fn new(code: u8) -> Compact {
+        Compact::sized(code)
+    }
+}
+
+impl<const N: usize> Compact<N> {
+    /// [`Compact::new`], in `N` bytes.
+    #[inline(always)]
+    pub fn sized(code: u8) -> Compact<N> {
         let mut out = Compact {
-            buf: [0; COMPACT_MAX_LEN],
+            buf: [0; N],
             len: 2,
-            ok: code != 0,
+            ok: code != 0 && N >= 2,
+            full: false,
         };
-        out.buf[0] = COMPACT;
-        out.buf[1] = code;
+        if let [first, second, ..] = &mut out.buf[..] {
+            (*first, *second) = (COMPACT, code);
+        }
         out
     }
 
@@ -240,20 +257,26 @@ impl Compact {
                 *slot = b;
                 self.len += 1;
             }
-            None => self.ok = false,
+            None => (self.ok, self.full) = (false, true),
         }
     }
 
     /// The effect, `None` if a word was neither a keyword nor a canonical number, or the
-    /// command has no compact form (the caller then writes the textual form).
+    /// command has no compact form (the caller then writes the textual form), or it did not
+    /// fit ([`Compact::overflowed`]).
     pub fn as_bytes(&self) -> Option<&[u8]> {
         self.buf.get(..self.len).filter(|_| self.ok)
     }
+
+    /// Whether the effect did not fit in its `N` bytes (a larger one may hold it).
+    pub fn overflowed(&self) -> bool {
+        self.full
+    }
 }
 
-impl Out for Compact {
+impl<const N: usize> Out for Compact<N> {
     /// Appends a word: a keyword, or a number in canonical decimal (as the parsers accept).
-    fn word(&mut self, w: &[u8]) -> &mut Compact {
+    fn word(&mut self, w: &[u8]) -> &mut Compact<N> {
         if !w.first().is_some_and(u8::is_ascii_digit) {
             match keyword_tag(w) {
                 Some(tag) => self.push(tag),
@@ -276,7 +299,7 @@ impl Out for Compact {
 
     /// Appends a number.
     #[inline(always)]
-    fn number(&mut self, mut v: u64) -> &mut Compact {
+    fn number(&mut self, mut v: u64) -> &mut Compact<N> {
         // The tag and at most 10 bytes of varint, written in one go where they fit.
         let Some(out) = self.buf.get_mut(self.len..self.len + 11) else {
             self.push(0);
@@ -306,7 +329,7 @@ impl Out for Compact {
 
     /// `KEYWORD value`. Inlined, so that a literal keyword's tag is found at compile time.
     #[inline(always)]
-    fn option(&mut self, keyword: &str, v: u64) -> &mut Compact {
+    fn option(&mut self, keyword: &str, v: u64) -> &mut Compact<N> {
         match keyword_tag(keyword.as_bytes()) {
             Some(tag) => self.push(tag),
             None => self.ok = false,
@@ -315,7 +338,7 @@ impl Out for Compact {
     }
 
     /// No bytes in the compact form: the textual one is written instead.
-    fn hex(&mut self, _bytes: &[u8]) -> &mut Compact {
+    fn hex(&mut self, _bytes: &[u8]) -> &mut Compact<N> {
         self.ok = false;
         self
     }

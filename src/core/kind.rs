@@ -230,8 +230,13 @@ pub enum Reply {
 pub enum Change<K> {
     /// Nothing.
     None,
-    /// Changed in place. `before` is when the state was back to empty before the change.
-    Held { before: Option<Instant> },
+    /// Changed in place. `before` is when the state was back to empty before the change,
+    /// `after` when it is after (what the key's expiry follows: computed once, by the run
+    /// that knows it).
+    Held {
+        before: Option<Instant>,
+        after: Option<Instant>,
+    },
     /// A new state to store in the key (a missing key's, or the stored one reshaped).
     New(K),
 }

@@ -3,12 +3,12 @@
 //! reply. A call that may wait for its units (`BLOCK`) joins the key's waiters.
 
 use std::marker::PhantomData;
+use std::mem::MaybeUninit;
 
 use redis_module::{Context, ContextFlags};
-use smallvec::SmallVec;
 
 use super::{clock, replicate_expiry, settle};
-use crate::core::effect::{Compact, Line, MAX_WORDS};
+use crate::core::effect::{Compact, Line, COMPACT_SHORT_LEN, MAX_WORDS};
 use crate::core::error::Error;
 use crate::core::kind::{Change, Clock, Command, Kind, Mode, Reply};
 use crate::core::meta::Info;
@@ -42,11 +42,17 @@ where
 
     fn run(ctx: &Context, args: &[Arg]) -> Result<Answer, Error> {
         let name = super::key_arg(args)?;
-        let mut words: SmallVec<[&[u8]; MAX_WORDS]> = SmallVec::new();
-        for a in args.get(2..).unwrap_or_default() {
-            words.push(a.as_bytes());
-        }
-        let call = C::parse(&words, false)?;
+        let rest = args.get(2..).unwrap_or_default();
+        let mut buf = [const { MaybeUninit::uninit() }; MAX_WORDS];
+        let heap: Vec<&[u8]>;
+        let words = match api::words_into(&mut buf, rest) {
+            Some(words) => words,
+            None => {
+                heap = rest.iter().map(Arg::as_bytes).collect();
+                &heap
+            }
+        };
+        let call = C::parse(words, false)?;
         let blocking = C::block(&call).filter(|_| C::cost(&call) > 0 && can_block(ctx));
         let Some(timeout) = blocking else {
             let (reply, _) = run_on::<C>(ctx, name, &call, Mode::Decide)?;
@@ -99,6 +105,7 @@ where
 
 /// Runs `call` of command `C` on the key `name`, as `mode` says: the reply, and whether the
 /// call, not granted now, may wait for its units.
+#[inline]
 pub fn run_on<C: Command>(
     ctx: &Context,
     name: Arg,
@@ -113,6 +120,7 @@ where
 }
 
 /// [`run_on`] at `clock`.
+#[inline]
 pub fn run_at<C: Command>(
     ctx: &Context,
     name: Arg,
@@ -134,8 +142,8 @@ where
             }
             return Ok((ran.reply, ran.wait));
         }
-        Change::Held { before } => match held.as_deref() {
-            Some(state) => (state.latest_time(), state.empty_time(), *before),
+        Change::Held { before, after } => match held.as_deref() {
+            Some(state) => (state.latest_time(), *after, *before),
             None => return Err(Error::Internal(C::INFO.name)),
         },
         Change::New(state) => (state.latest_time(), state.empty_time(), None),
@@ -157,12 +165,20 @@ where
 
 /// Propagates the effect of a change: `RL.APPLY key effect` (see `core::effect`), in the
 /// compact form when the command has one.
+#[inline]
 fn propagate<C: Command>(ctx: &Context, name: Arg, call: &C::Call<'_>, reply: &Reply, at: Instant) {
     if C::EFFECT_CODE != 0 {
-        let mut compact = Compact::new(C::EFFECT_CODE);
+        let mut compact = Compact::<COMPACT_SHORT_LEN>::sized(C::EFFECT_CODE);
         C::effect(call, reply, at, &mut compact);
         if let Some(bytes) = compact.as_bytes() {
             return api::replicate_effect(ctx, name, bytes);
+        }
+        if compact.overflowed() {
+            let mut compact = Compact::new(C::EFFECT_CODE);
+            C::effect(call, reply, at, &mut compact);
+            if let Some(bytes) = compact.as_bytes() {
+                return api::replicate_effect(ctx, name, bytes);
+            }
         }
     }
     let mut line = Line::new(C::INFO.name);

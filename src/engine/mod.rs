@@ -294,6 +294,7 @@ pub fn key_arg(args: &[Arg]) -> Result<Arg, Error> {
 /// before the change: when the new expiry differs it is set at once; when it is the same,
 /// the key's real expiry is read and set again only if something (PERSIST, EXPIRE,
 /// RESTORE) moved it. Returns the expiry set.
+#[inline]
 pub fn settle(
     key: &Key,
     event: &CStr,

@@ -95,10 +95,11 @@ impl<K: Rate> Command for RateCommand<K> {
             // answered as an allowed call that counts nothing.
             return Err(Error::DoesNotFit);
         }
-        let decision = decision.resetting_at(limiter.empty_at(), clock.caller);
+        let after = limiter.empty_at();
+        let decision = decision.resetting_at(after, clock.caller);
         let change = match created {
             Some(new) => Change::New(new),
-            None => Change::Held { before },
+            None => Change::Held { before, after },
         };
         Ok(Ran {
             reply: K::reply(decision),

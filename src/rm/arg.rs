@@ -1,6 +1,7 @@
 //! Command arguments as Redis lends them ([`Arg`]), and strings the module makes and keeps
 //! ([`OwnedString`]).
 
+use std::mem::MaybeUninit;
 use std::os::raw::c_char;
 
 use redis_module::{raw, Context};
@@ -41,6 +42,22 @@ impl Arg {
             std::slice::from_raw_parts(p.cast::<u8>(), len)
         }
     }
+}
+
+/// The bytes of `args`, what a parser reads, written into `buf` (which needs no clearing:
+/// each slot is written once before it is read); `None` when `buf` cannot hold them.
+#[inline(always)]
+pub fn words_into<'a, 'b>(
+    buf: &'b mut [MaybeUninit<&'a [u8]>],
+    args: &'a [Arg],
+) -> Option<&'b [&'a [u8]]> {
+    let written = buf.get_mut(..args.len())?;
+    for (slot, a) in written.iter_mut().zip(args) {
+        slot.write(a.as_bytes());
+    }
+    // SAFETY: every slot of `written` was just written, and `MaybeUninit<T>` has the
+    // layout of `T`.
+    Some(unsafe { std::slice::from_raw_parts(written.as_ptr().cast(), written.len()) })
 }
 
 // Blocking clients and timers, for a call that waits (`BLOCK`, see `engine::wait`).

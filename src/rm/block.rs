@@ -162,11 +162,17 @@ pub fn wait(
 
 /// Serves the waiters of `name` (in the context's database), if it has any: after any
 /// change to the key.
-#[inline]
+#[inline(always)]
 pub fn kick(ctx: &Context, name: Arg) {
-    if WAITERS.load(Relaxed) == 0 {
-        return;
+    if WAITERS.load(Relaxed) != 0 {
+        kick_waiters(ctx, name);
     }
+}
+
+/// [`kick`], once some key has waiters.
+#[cold]
+#[inline(never)]
+fn kick_waiters(ctx: &Context, name: Arg) {
     let key = (api::selected_db(ctx), name.as_bytes().to_vec());
     if has_waiters(key.0, &key.1) {
         serve(ctx, &key, Slot::Routed);

@@ -68,7 +68,10 @@ pub unsafe extern "C" fn entry<H: Handler>(
     }
     let context = Context::new(ctx);
     let name = H::INFO.name;
-    let outcome = guard(name, Err(Error::Internal(name)), || H::run(&context, args));
+    // The fallback is `None`, not an error built (and dropped) on every call.
+    #[allow(clippy::unnecessary_lazy_evaluations)]
+    let outcome = guard(name, None, || Some(H::run(&context, args)))
+        .unwrap_or_else(|| Err(Error::Internal(name)));
     if let Some(c) = H::counters() {
         match &outcome {
             Ok(Answer::Blocked) => {}

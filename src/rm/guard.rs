@@ -8,11 +8,22 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 /// Runs `f`, the module's part of `what` (`RL.SLIDE`, `rdb_load`, ...): a panic is logged at
 /// warning level, naming `what`, and answered with `fallback`. Logging needs no context, so
 /// this holds on any thread (a free in the lazy-free thread).
+#[inline(always)]
 pub fn guard<T>(what: &str, fallback: T, f: impl FnOnce() -> T) -> T {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        redis_module::logging::log_warning(format!(
-            "ratelimit: internal error in {what}; see the log above"
-        ));
-        fallback
-    })
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(_) => {
+            caught(what);
+            fallback
+        }
+    }
+}
+
+/// Logs a panic caught in `what`.
+#[cold]
+#[inline(never)]
+fn caught(what: &str) {
+    redis_module::logging::log_warning(format!(
+        "ratelimit: internal error in {what}; see the log above"
+    ));
 }

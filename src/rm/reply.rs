@@ -35,7 +35,12 @@ impl Answer {
 }
 
 /// Whether a reply allowed (true for one that is not a decision).
+#[inline(always)]
 pub fn allowed(r: &Reply) -> bool {
+    // The usual reply first: a test and a load.
+    if let Reply::Decision(d) = r {
+        return d.allowed;
+    }
     match r {
         Reply::Decision(d) | Reply::Lease(d, _) => d.allowed,
         // CL.THROTTLE's: `limited` first.

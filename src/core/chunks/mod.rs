@@ -670,9 +670,17 @@ impl<T: Copy + Default + Send + 'static> Chunks<T> {
             // Every chunk is dead: the whole index goes; `head` stays at its end.
             return (chunks > FREES_PER_CALL).then(|| Unused(self.index.split_off_back(0)));
         }
+        // The usual call: the first chunk holds the first value and the last the last,
+        // so none is unused (two reads instead of two searches).
+        let tail = self.tail();
+        let dead_front = self.index.first().is_some_and(|c| c.end() <= self.head);
+        let spare_back = self.index.last().is_some_and(|c| c.start >= tail);
+        if !dead_front && !spare_back {
+            return None;
+        }
         // The chunks before the one holding the first value, after the one holding the last.
         let first = self.locate(self.head);
-        let last = self.locate(self.tail() - 1);
+        let last = self.locate(tail - 1);
         let spare = chunks - 1 - last;
         if first + spare <= FREES_PER_CALL {
             return None;

@@ -325,7 +325,8 @@ impl Command for Acquire {
                 let before = leases.empty_at();
                 let (reply, changed, wait) = Acquire::on(leases, call, clock, mode)?;
                 let change = if changed {
-                    Change::Held { before }
+                    let after = leases.empty_at();
+                    Change::Held { before, after }
                 } else {
                     Change::None
                 };
@@ -524,12 +525,13 @@ fn change(
             clock.caller,
         ))));
     };
+    let after = leases.empty_at();
     let decision = decision
         .seen_from_behind(behind)
-        .resetting_at(leases.empty_at(), clock.caller);
+        .resetting_at(after, clock.caller);
     Ok(Ran {
         reply: Reply::Decision(decision),
-        change: Change::Held { before },
+        change: Change::Held { before, after },
         wait: false,
     })
 }

@@ -396,6 +396,7 @@ impl SlidingLog {
     /// [`SlidingLog::retention_after`]); `None` when the record would break the log's
     /// invariants: windows or a time out of range, or more units kept than the 32-bit
     /// running totals hold.
+    #[inline(always)]
     fn retention_recorded(&self, now: Instant, windows: &[Window], cost: u64) -> Option<Front> {
         let now = now.max(self.latest);
         if windows.is_empty()

@@ -158,9 +158,9 @@ impl Rate for SlidingLog {
         // The usual call, one window and no option, parsed without the general scan (any
         // error is left to it, so that it is reported the same way).
         if let [limit, window_ms] = words {
-            if let (Ok(limit), Ok(window_ms)) = (
-                int(limit, "limit", 1, MAX_LIMIT),
-                args::duration(window_ms, "window_ms", 1, MAX_WINDOW_MS),
+            if let (Some(limit), Some(window_ms)) = (
+                args::int_in(limit, 1, MAX_LIMIT),
+                args::duration_in(window_ms, 1, MAX_WINDOW_MS),
             ) {
                 let mut windows = Windows::default();
                 windows.push(Window { limit, window_ms });

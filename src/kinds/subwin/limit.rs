@@ -89,6 +89,7 @@ impl Limit for SubWindow {
         Some(own.max(kept))
     }
 
+    #[inline]
     fn latest(&self) -> Instant {
         let high = u64::from(self.word(RING_AND_LATEST_HIGH) >> 16);
         Instant::from_ms((high << 32) | u64::from(self.word(LATEST_LOW)))

@@ -237,26 +237,31 @@ impl SubWindow {
         SubWindow { words }
     }
 
+    #[inline]
     pub(super) fn word(&self, i: usize) -> u32 {
         self.words.get(i).copied().unwrap_or(0)
     }
 
+    #[inline]
     pub(super) fn put(&mut self, i: usize, v: u32) {
         if let Some(w) = self.words.get_mut(i) {
             *w = v;
         }
     }
 
+    #[inline]
     pub(super) fn retained(&self) -> bool {
         self.word(RING_AND_LATEST_HIGH) & RETAINED != 0
     }
 
     /// The sub-intervals the ring holds before the latest one.
+    #[inline]
     pub(super) fn ring_n(&self) -> u64 {
         u64::from(self.word(RING_AND_LATEST_HIGH) & RING_MASK)
     }
 
     /// The window, in sub-intervals.
+    #[inline]
     pub(super) fn n(&self) -> u64 {
         if self.retained() {
             u64::from(self.word(WINDOW_AND_COUNT) & 0xffff)
@@ -265,6 +270,7 @@ impl SubWindow {
         }
     }
 
+    #[inline]
     pub(super) fn counters_start(&self) -> usize {
         if self.retained() {
             HEADER_WORDS + RETENTION_WORDS
@@ -274,10 +280,16 @@ impl SubWindow {
     }
 
     /// The retention, when the block has one.
+    #[inline]
     pub(super) fn front(&self) -> Option<Front> {
         if !self.retained() {
             return None;
         }
+        self.kept_front()
+    }
+
+    /// [`SubWindow::front`] of a block that has one.
+    fn kept_front(&self) -> Option<Front> {
         let len = ((self.word(WINDOW_AND_COUNT) >> 16) as usize).min(MAX_KEPT);
         let entries: Vec<(u64, Instant)> = (0..len)
             .map(|k| {
@@ -300,10 +312,12 @@ impl SubWindow {
         self.front().map_or_else(Vec::new, |f| f.entries().to_vec())
     }
 
+    #[inline]
     pub(super) fn resolution(&self) -> u64 {
         u64::from(self.word(RESOLUTION)).max(1)
     }
 
+    #[inline]
     pub(super) fn total(&self) -> u64 {
         u64::from(self.word(TOTAL))
     }
@@ -316,6 +330,7 @@ impl SubWindow {
         }
     }
 
+    #[inline]
     pub(super) fn set_latest(&mut self, at: Instant) {
         let at = at.ms();
         let low = self.word(RING_AND_LATEST_HIGH) & 0xffff;
@@ -325,21 +340,25 @@ impl SubWindow {
     }
 
     /// The sub-interval `t` falls in.
+    #[inline]
     pub(super) fn index(&self, t: Instant) -> u64 {
         t.ms() / self.resolution()
     }
 
     /// The sub-intervals the ring describes.
+    #[inline]
     pub(super) fn span(&self) -> (u64, u64) {
         let newest = self.index(self.latest());
         (newest.saturating_sub(self.ring_n()), newest)
     }
 
+    #[inline]
     pub(super) fn slot(&self, i: u64) -> usize {
         self.counters_start() + (i % (self.ring_n() + 1)) as usize
     }
 
     /// The counter of sub-interval `i`, 0 outside the ring.
+    #[inline]
     pub(super) fn count(&self, i: u64) -> u64 {
         let (oldest, newest) = self.span();
         if (oldest..=newest).contains(&i) {
@@ -468,11 +487,13 @@ impl SubWindow {
 
     /// When units of sub-interval `newest` stop counting in a window of `n` sub-intervals:
     /// the last millisecond of the sub-interval in which they trail, where their weight is 0.
+    #[inline]
     pub(super) fn empty_from(&self, newest: u64, n: u64) -> Instant {
         Instant::from_ms((newest + n + 1) * self.resolution() - 1)
     }
 
     /// The newest sub-interval with a unit in it.
+    #[inline]
     pub(super) fn newest_counted(&self) -> Option<u64> {
         if self.total() == 0 {
             return None;
@@ -494,6 +515,7 @@ impl SubWindow {
     /// break the ring's invariants: parameters or a time out of range, a shape the block
     /// does not have (the caller reshapes first, see [`Limit::reshaped`]), or a counter or
     /// the total past 32 bits (the ring may keep units of a longer window used before).
+    #[inline(always)]
     pub(super) fn recording(&self, now: Instant, p: &Params, cost: u64) -> Option<Recording> {
         let now = now.max(self.latest());
         if !p.valid() || now > MAX_TIMESTAMP {

@@ -183,8 +183,8 @@ top-accuracy: ## RL.TOP's sketch against exact counts on Zipf traffic (a table, 
 	cargo test --release --lib top_accuracy_table -- --ignored --nocapture
 
 fuzz: build ## Long fuzz run of the parsers, of loading damaged payloads and applying damaged effects, and a long round trip (FUZZ_ITERATIONS, ROUNDTRIP_CALLS, PROPTEST_CASES)
-	FUZZ_ITERATIONS=$${FUZZ_ITERATIONS:-100000} cargo test --release --test fuzz -- --nocapture
-	ROUNDTRIP_CALLS=$${ROUNDTRIP_CALLS:-100000} cargo test --release --test roundtrip -- --nocapture
+	FUZZ_ITERATIONS=$${FUZZ_ITERATIONS:-100000} cargo test --release --test it fuzz:: -- --nocapture
+	ROUNDTRIP_CALLS=$${ROUNDTRIP_CALLS:-100000} cargo test --release --test it roundtrip:: -- --nocapture
 	PROPTEST_CASES=$${PROPTEST_CASES:-100000} cargo test --release --lib fuzz_
 
 lint: ## rustfmt check and clippy on every target

@@ -183,16 +183,36 @@ top-accuracy: ## RL.TOP's sketch against exact counts on Zipf traffic (a table, 
 	cargo test --release --lib top_accuracy_table -- --ignored --nocapture
 
 fuzz: build ## Long fuzz run of the parsers, of loading damaged payloads and applying damaged effects, and a long round trip (FUZZ_ITERATIONS, ROUNDTRIP_CALLS, PROPTEST_CASES)
-	FUZZ_ITERATIONS=$${FUZZ_ITERATIONS:-100000} cargo test --release --test fuzz -- --nocapture
-	ROUNDTRIP_CALLS=$${ROUNDTRIP_CALLS:-100000} cargo test --release --test roundtrip -- --nocapture
+	FUZZ_ITERATIONS=$${FUZZ_ITERATIONS:-100000} cargo test --release --test it fuzz:: -- --nocapture
+	ROUNDTRIP_CALLS=$${ROUNDTRIP_CALLS:-100000} cargo test --release --test it roundtrip:: -- --nocapture
 	PROPTEST_CASES=$${PROPTEST_CASES:-100000} cargo test --release --lib fuzz_
 
-lint: ## rustfmt check and clippy on every target
+# $(call need_component,cargo-subcommand,component): rustfmt and clippy are rustup components;
+# a missing one is added with rustup where rustup is there, and named otherwise.
+define need_component
+	@if ! cargo $(1) --version >/dev/null 2>&1; then \
+	  if command -v rustup >/dev/null 2>&1; then \
+	    echo "cargo $(1) is missing: rustup component add $(2)"; \
+	    rustup component add $(2); \
+	  else \
+	    echo "cargo $(1) is missing: install $(2) for this Rust (rustup component add $(2), or the distribution's package of it)" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
+endef
+
+# clippy builds the crates' build scripts: bindgen needs libclang (build-deps).
+lint: build-deps ## rustfmt check and clippy on every target, of the module and of the Rust client (clients/rust)
+	$(call need_component,fmt,rustfmt)
+	$(call need_component,clippy,clippy)
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
+	cd clients/rust && cargo fmt --all -- --check
+	cd clients/rust && cargo clippy --locked --all-features --all-targets -- -D warnings
 
-fmt: ## Format the code
+fmt: ## Format the code, the module's and the Rust client's
 	cargo fmt --all
+	cd clients/rust && cargo fmt --all
 
 clean: ## Remove build output
 	cargo clean

@@ -17,7 +17,7 @@
 //! (windows simulated per case, 120), ACCURACY_RESOLUTIONS (comma-separated, by default
 //! 60000,15000,6000,1000), ACCURACY_SEED (1).
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 
 use common::{unix_ms, Server};

@@ -17,7 +17,7 @@
 //! BIGKEYS_MEMORY_SIZES (default 1000,10000,100000,1000000,10000000), BIGKEYS_REPEAT (5),
 //! BIGKEYS_PUSHES (calls in the growth run, 20000), RATELIMIT_MODULE (the module to load).
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 
 use common::{info_field, int, run, slide_payload, unix_ms, wait_until, Server};

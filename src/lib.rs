@@ -57,7 +57,7 @@ const VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION: i32 = 1 << 5;
 
 /// What `MEMORY USAGE` must add to a value's own bytes for a key of this module to count what
 /// it costs, as the server counts a string key: the part the server leaves out. Measured on
-/// each server of the compatibility table (`tests/commands.rs`,
+/// each server of the compatibility table (`tests/it/commands.rs`,
 /// `memory_usage_is_what_a_key_costs`, against the growth of `used_memory`):
 /// - Redis 7.0 to 8.0, Valkey 7.2 and 8.0 count the name and its entry: the object and the
 ///   module value are left, 32 bytes;

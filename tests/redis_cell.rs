@@ -5,6 +5,7 @@
 //! run, so this file has a harness of its own, libtest-mimic: `harness = false` in
 //! Cargo.toml. A `#[test]` here would never run: list each test in `main`.)
 
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -9,6 +9,7 @@
 //! `harness = false` in Cargo.toml. A `#[test]` here would never run: list each test in
 //! `main`.)
 
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};

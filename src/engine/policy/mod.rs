@@ -154,7 +154,7 @@ pub fn named(name: &[u8]) -> Result<Arc<Policy>, Error> {
 /// [`MAX_WORDS`] words, each refused once): each one's definition (at most about 6 kB: the
 /// grammar bounds a limiter's words), its parsed limiters (at most about 3 kB) and its
 /// sketch (about 12 kB), with the allocator's rounding. Checked by
-/// `tests/against_the_server.rs` (`policies_at_the_caps_stay_within_their_bounds`).
+/// `tests/it/against_the_server.rs` (`policies_at_the_caps_stay_within_their_bounds`).
 pub const MAX_BYTES: usize = 24 * 1024 * 1024;
 
 /// Parses a definition: `name KIND words... [name KIND words...]`, each limiter in

@@ -7,7 +7,7 @@
 -- module does (docs/commands.md, RL.TOKEN): {allowed, limit, remaining, retry_after_ms,
 -- reset_after_ms}, the same integers for the same calls at the same NOW, and the same errors
 -- for bad input, word for word (ERR limit must be an integer from 1 to 2147483647, ERR
--- unknown option 'X', ...). tests/lua_twins.rs runs random call sequences on both, call by
+-- unknown option 'X', ...). tests/it/lua_twins.rs runs random call sequences on both, call by
 -- call. A window_ms is a duration as the module takes it: milliseconds, or an integer with a
 -- unit (250ms, 60s, 5m, 1h, 1d).
 --
@@ -46,7 +46,7 @@
 --   any NOW, as the module set to -1 does. Pass NOW only from trusted code.
 -- - It replicates as its effects (SET ... PXAT), and is not refused under maxmemory until it
 --   writes (the module's command is deny-oom). It needs Redis 6.2 or later (SET ... PXAT);
---   tests/lua_twins.rs runs on Redis 7.0 and 8.2 and on Valkey 9.1.
+--   tests/it/lua_twins.rs runs on Redis 7.0 and 8.2 and on Valkey 9.1.
 
 local TAG, COMMAND = 'RL.TOKEN:1', 'RL.TOKEN'
 local key = KEYS[1]

@@ -36,7 +36,7 @@ HAVE_LIBCLANG := if command -v dpkg; then dpkg -s libclang-dev; \
                       { ldconfig -p || /sbin/ldconfig -p; } | grep -q libclang; fi
 HAVE_SERVER   := command -v redis-server && command -v redis-cli && command -v redis-benchmark
 
-.PHONY: help deps build-deps build run dist wheel cluster cluster-stop test test-redis-8.2 test-examples test-clients test-wheel examples-deps compat bench bench-instr bench-memory bench-reload bigkeys accuracy fuzz lint fmt clean
+.PHONY: help deps build-deps build run dist wheel cluster cluster-stop test test-redis-8.2 test-examples test-clients test-wheel examples-deps compat bench bench-instr bench-ab bench-memory bench-reload bigkeys accuracy fuzz lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
@@ -165,6 +165,10 @@ bench: build ## Throughput against INCR, SET PX and the Lua scripts (CELL_SO=...
 bench-instr: build ## Instructions per call under callgrind, a table with ratios (installs valgrind)
 	$(call need,valgrind,command -v valgrind,valgrind,install valgrind (Linux only))
 	bench/instr.sh
+
+bench-ab: ## Instructions per call of two builds, A=<.so> B=<.so>, lowest of 3 starts each (installs valgrind)
+	$(call need,valgrind,command -v valgrind,valgrind,install valgrind (Linux only))
+	bench/ab.sh "$(A)" "$(B)"
 
 bench-memory: build ## Memory per key over 1,000,000 keys of each kind, and DEBUG RELOAD time
 	bench/memory.sh

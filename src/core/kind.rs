@@ -450,6 +450,7 @@ pub trait Rate: Limit + Encoding + Clone + Debug + 'static {
 
     /// Writes an effect's words before its `NOW`: the parameters, then `COST` unless it is
     /// the default.
+    #[inline(always)]
     fn write_call<O: Out>(call: &RateCall<Self::Args>, out: &mut O) {
         Self::write_params(&call.params, out);
         if call.cost != super::args::COST_DEFAULT {

@@ -40,6 +40,7 @@ where
         C::doc_args()
     }
 
+    #[inline(always)]
     fn run(ctx: &Context, args: &[Arg]) -> Result<Answer, Error> {
         let name = super::key_arg(args)?;
         let rest = args.get(2..).unwrap_or_default();
@@ -52,28 +53,33 @@ where
                 &heap
             }
         };
-        let call = C::parse(words, false)?;
-        let blocking = C::block(&call).filter(|_| C::cost(&call) > 0 && can_block(ctx));
+        // The call is read where the parser wrote it, not moved out (a call can be big).
+        let parsed = C::parse(words, false);
+        let Ok(call) = &parsed else {
+            return Err(parsed.err().unwrap_or(Error::Internal(C::INFO.name)));
+        };
+        let blocking = C::block(call).filter(|_| C::cost(call) > 0 && can_block(ctx));
         let Some(timeout) = blocking else {
-            let (reply, _) = run_on::<C>(ctx, name, &call, Mode::Decide)?;
-            if C::REFUSES && !api::allowed(&reply) {
-                super::top::refused_key(name.as_bytes());
-            }
-            block::kick(ctx, name);
-            return Ok(Answer::One(reply));
+            return run_on::<C>(ctx, name, call, Mode::Decide).map(|(reply, _)| {
+                if C::REFUSES && !api::allowed(&reply) {
+                    super::top::refused_key(name.as_bytes());
+                }
+                block::kick(ctx, name);
+                Answer::One(reply)
+            });
         };
         // First come, first served: behind the calls already waiting on the key, unless it
         // goes before them (a renewal of a lease it holds).
         let db = api::selected_db(ctx);
-        if !block::has_waiters(db, name.as_bytes()) || jumps_queue::<C>(ctx, name, &call)? {
-            let (reply, waits) = run_on::<C>(ctx, name, &call, Mode::Decide)?;
+        if !block::has_waiters(db, name.as_bytes()) || jumps_queue::<C>(ctx, name, call)? {
+            let (reply, waits) = run_on::<C>(ctx, name, call, Mode::Decide)?;
             if !waits {
                 block::kick(ctx, name);
                 return Ok(Answer::One(reply));
             }
         }
         let pending = Waiting::<C> {
-            call: C::owned(&call),
+            call: C::owned(call),
         };
         block::wait(ctx, db, name, Box::new(pending), timeout)?;
         Ok(Answer::Blocked)
@@ -132,35 +138,52 @@ where
     C::Kind: Storable,
 {
     let mut key = Key::open(ctx, name, true);
-    let mut held = key.state::<C::Kind>()?;
-    let ran = C::run(held.as_deref_mut(), call, clock, mode)?;
-    let (at, empty_at, before) = match &ran.change {
-        Change::None => {
-            // Nothing changed: nothing to write back to the key.
-            if let Some(held) = held.as_mut() {
-                held.unchanged();
+    // A new state for the key, moved here only when there is one (a state can be big).
+    let mut fresh = None;
+    // The key's own state goes back to it (when `held` ends, in place) before the key
+    // changes further.
+    let (reply, wait, at, empty_at, before) = {
+        let mut held = key.state::<C::Kind>()?;
+        // What the run did is read where it was written, not moved out (it can be big).
+        let mut ran = C::run(held.as_deref_mut(), call, clock, mode);
+        let Ok(ran) = &mut ran else {
+            return Err(ran.err().unwrap_or(Error::Internal(C::INFO.name)));
+        };
+        let reply = std::mem::replace(&mut ran.reply, Reply::Nil);
+        let (at, empty_at, before) = match &ran.change {
+            Change::None => {
+                // Nothing changed: nothing to write back to the key.
+                if let Some(held) = held.as_mut() {
+                    held.unchanged();
+                }
+                return Ok((reply, ran.wait));
             }
-            return Ok((ran.reply, ran.wait));
-        }
-        Change::Held { before, after } => match held.as_deref() {
-            Some(state) => (state.latest_time(), *after, *before),
-            None => return Err(Error::Internal(C::INFO.name)),
-        },
-        Change::New(state) => (state.latest_time(), state.empty_time(), None),
+            Change::Held { before, after } => match held.as_deref() {
+                Some(state) => (state.latest_time(), *after, *before),
+                None => return Err(Error::Internal(C::INFO.name)),
+            },
+            Change::New(_) => match std::mem::replace(&mut ran.change, Change::None) {
+                Change::New(state) => {
+                    let state = fresh.insert(state);
+                    (state.latest_time(), state.empty_time(), None)
+                }
+                // Not reached: the change was matched as new just above.
+                _ => return Err(Error::Internal(C::INFO.name)),
+            },
+        };
+        (reply, ran.wait, at, empty_at, before)
     };
-    // The key's own state goes back to it before the key changes further.
-    drop(held);
-    if let Change::New(state) = ran.change {
+    if let Some(state) = fresh {
         key.set(state)?;
     }
     let lag = clock.key_lag(at);
     let expiry = settle(&key, C::INFO.event, empty_at, lag, before);
     if mode == Mode::Decide {
         // An effect applied (`RL.APPLY`) passes itself on.
-        propagate::<C>(ctx, name, call, &ran.reply, at);
+        propagate::<C>(ctx, name, call, &reply, at);
     }
     replicate_expiry(ctx, name, lag, expiry);
-    Ok((ran.reply, ran.wait))
+    Ok((reply, wait))
 }
 
 /// Propagates the effect of a change: `RL.APPLY key effect` (see `core::effect`), in the

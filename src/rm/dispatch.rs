@@ -68,21 +68,42 @@ pub unsafe extern "C" fn entry<H: Handler>(
     }
     let context = Context::new(ctx);
     let name = H::INFO.name;
-    // The fallback is `None`, not an error built (and dropped) on every call.
-    #[allow(clippy::unnecessary_lazy_evaluations)]
-    let outcome = guard(name, None, || Some(H::run(&context, args)))
-        .unwrap_or_else(|| Err(Error::Internal(name)));
-    if let Some(c) = H::counters() {
-        match &outcome {
-            Ok(Answer::Blocked) => {}
-            Ok(a) => c.count(Some(a.allowed())),
-            Err(_) => c.count(None),
+    // The call, its count and its reply run under the guard, so that the outcome is not
+    // moved out of it; a panic before the reply is answered as an internal error.
+    let mut answered = false;
+    let done = guard(name, false, || {
+        let outcome = H::run(&context, args);
+        if let Some(c) = H::counters() {
+            match &outcome {
+                Ok(Answer::Blocked) => {}
+                Ok(a) => c.count(Some(a.allowed())),
+                Err(_) => c.count(None),
+            }
         }
+        answered = true;
+        // SAFETY: ctx is the command's.
+        unsafe { respond(ctx, &outcome) };
+        true
+    });
+    if !done && !answered {
+        if let Some(c) = H::counters() {
+            c.count(None);
+        }
+        reply_error(ctx, &Error::Internal(name).to_string());
     }
-    // SAFETY: ctx is the command's.
+    raw::REDISMODULE_OK as c_int
+}
+
+/// Writes a command's outcome: its answer, or its error.
+///
+/// # Safety
+/// `ctx` is the running command's.
+#[inline(always)]
+unsafe fn respond(ctx: *mut raw::RedisModuleCtx, outcome: &Result<Answer, Error>) {
+    // SAFETY: as the caller promises.
     unsafe {
         match outcome {
-            Ok(a) => answer(ctx, &a),
+            Ok(a) => answer(ctx, a),
             Err(Error::Arity) => {
                 if let Some(wrong_arity) = raw::RedisModule_WrongArity {
                     wrong_arity(ctx);
@@ -91,7 +112,6 @@ pub unsafe extern "C" fn entry<H: Handler>(
             Err(e) => reply_error(ctx, &e.to_string()),
         }
     }
-    raw::REDISMODULE_OK as c_int
 }
 
 /// For a command registered with `getkeys-api`: when Redis calls it only to learn where its

@@ -384,8 +384,10 @@ impl<T: Copy + Default + Send + 'static> Chunks<T> {
             return None;
         }
         let p = self.head + i as u64;
-        let c = match self.index.last() {
-            Some(last) if last.start <= p => last,
+        // Fast paths: the last chunk (the newest values), the first (the oldest).
+        let c = match (self.index.first(), self.index.last()) {
+            (_, Some(last)) if last.start <= p => last,
+            (Some(first), _) if p < first.end() => first,
             _ => self.index.get(self.locate(p))?,
         };
         c.slots.get((p - c.start) as usize)
@@ -397,6 +399,11 @@ impl<T: Copy + Default + Send + 'static> Chunks<T> {
             return None;
         }
         let p = self.head + i as u64;
+        // Fast path: the last chunk (the newest values).
+        if self.index.last().is_some_and(|last| last.start <= p) {
+            let c = self.index.last_mut()?;
+            return c.slots.get_mut((p - c.start) as usize);
+        }
         let k = self.locate(p);
         let c = self.index.get_mut(k)?;
         c.slots.get_mut((p - c.start) as usize)
@@ -638,8 +645,27 @@ impl<T: Copy + Default + Send + 'static> Chunks<T> {
     /// Frees the dead chunks (front) and spare chunks (back): all of them through the
     /// hand-off set by [`hand_off_to`] when they are more than [`FREES_PER_CALL`], else (or
     /// without one) up to [`FREES_PER_CALL`] of them here.
+    #[inline]
     fn reclaim(&mut self) {
+        // The usual call: the first chunk holds the first value and the last the last, so
+        // none is unused (two reads, and nothing else to do).
+        if self.len > 0 && !self.dead_front() && !self.spare_back() {
+            return;
+        }
         self.reclaim_with(HAND_OFF.get().copied());
+    }
+
+    /// Whether the first chunk holds no value, all before the first.
+    #[inline(always)]
+    fn dead_front(&self) -> bool {
+        self.index.first().is_some_and(|c| c.end() <= self.head)
+    }
+
+    /// Whether the last chunk holds no value, all after the last (spare room).
+    #[inline(always)]
+    fn spare_back(&self) -> bool {
+        let tail = self.tail();
+        self.index.last().is_some_and(|c| c.start >= tail)
     }
 
     /// [`Chunks::reclaim`], handing off to `hand_off` (`None`: freeing here only).
@@ -672,12 +698,10 @@ impl<T: Copy + Default + Send + 'static> Chunks<T> {
         }
         // The usual call: the first chunk holds the first value and the last the last,
         // so none is unused (two reads instead of two searches).
-        let tail = self.tail();
-        let dead_front = self.index.first().is_some_and(|c| c.end() <= self.head);
-        let spare_back = self.index.last().is_some_and(|c| c.start >= tail);
-        if !dead_front && !spare_back {
+        if !self.dead_front() && !self.spare_back() {
             return None;
         }
+        let tail = self.tail();
         // The chunks before the one holding the first value, after the one holding the last.
         let first = self.locate(self.head);
         let last = self.locate(tail - 1);

@@ -237,8 +237,9 @@ pub enum Change<K> {
         before: Option<Instant>,
         after: Option<Instant>,
     },
-    /// A new state to store in the key (a missing key's, or the stored one reshaped).
-    New(K),
+    /// A new state to store in the key (a missing key's, or the stored one reshaped), and
+    /// when it is back to empty (computed once, by the run that made it).
+    New { state: K, empty: Option<Instant> },
 }
 
 /// What a command's run answered and changed.

@@ -162,11 +162,8 @@ where
                 Some(state) => (state.latest_time(), *after, *before),
                 None => return Err(Error::Internal(C::INFO.name)),
             },
-            Change::New(_) => match std::mem::replace(&mut ran.change, Change::None) {
-                Change::New(state) => {
-                    let state = fresh.insert(state);
-                    (state.latest_time(), state.empty_time(), None)
-                }
+            Change::New { .. } => match std::mem::replace(&mut ran.change, Change::None) {
+                Change::New { state, empty } => (fresh.insert(state).latest_time(), empty, None),
                 // Not reached: the change was matched as new just above.
                 _ => return Err(Error::Internal(C::INFO.name)),
             },

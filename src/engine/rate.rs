@@ -98,7 +98,10 @@ impl<K: Rate> Command for RateCommand<K> {
         let after = limiter.empty_at();
         let decision = decision.resetting_at(after, clock.caller);
         let change = match created {
-            Some(new) => Change::New(new),
+            Some(state) => Change::New {
+                state,
+                empty: after,
+            },
             None => Change::Held { before, after },
         };
         Ok(Ran {

@@ -111,7 +111,7 @@ where
         let changed: Option<Box<dyn State>> = match ran.change {
             Change::None => None,
             Change::Held { .. } => state.map(|s| Box::new(s) as Box<dyn State>),
-            Change::New(new) => Some(Box::new(new)),
+            Change::New { state: new, .. } => Some(Box::new(new)),
         };
         Ok((changed, reply))
     }

@@ -173,7 +173,7 @@ where
                 decided: false,
             };
             match C::run(held.as_mut(), &call, clock, Mode::Decide).map(|r| r.change) {
-                Ok(Change::New(new)) => held = Some(new),
+                Ok(Change::New { state: new, .. }) => held = Some(new),
                 Ok(Change::Held { .. }) => {}
                 _ => continue,
             }

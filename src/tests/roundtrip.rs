@@ -197,7 +197,7 @@ where
     let state = match ran.change {
         Change::None => return None,
         Change::Held { .. } => held?,
-        Change::New(new) => new,
+        Change::New { state: new, .. } => new,
     };
     let at = Kind::latest_time(&state);
     db.insert(key, Box::new(state));
@@ -422,7 +422,7 @@ where
         Change::Held { .. } => {
             db.insert(key, Box::new(held.ok_or("no state")?));
         }
-        Change::New(new) => {
+        Change::New { state: new, .. } => {
             db.insert(key, Box::new(new));
         }
     }

@@ -340,7 +340,10 @@ impl Command for Acquire {
                 let mut fresh = Leases::new(&call.params);
                 let (reply, changed, wait) = Acquire::on(&mut fresh, call, clock, mode)?;
                 let change = if changed {
-                    Change::New(fresh)
+                    Change::New {
+                        empty: fresh.empty_time(),
+                        state: fresh,
+                    }
                 } else {
                     Change::None
                 };

@@ -124,6 +124,7 @@ impl Body {
     }
 
     /// See [`Chunks::leading`].
+    #[inline]
     pub(super) fn leading(&self, mut pred: impl FnMut(&Entry) -> bool) -> usize {
         match self {
             Body::Small(s) => match s.entries().first() {

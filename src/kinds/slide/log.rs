@@ -380,6 +380,7 @@ impl SlidingLog {
     /// The retention after a call at `now` under `windows`: the one pending, with the
     /// stored windows added when the call's are shorter (the newest record being their last
     /// use as far as records go), less what the call's windows dominate or what has passed.
+    #[inline]
     fn retention_after(&self, now: Instant, windows: &[Window]) -> Front {
         if self.retention().is_empty() && self.same_windows(windows) {
             // No retention, and the same windows add none: the common call.

@@ -314,16 +314,9 @@ pub fn int_in(word: &[u8], min: u64, max: u64) -> Option<u64> {
     if first == b'0' && word.len() > 1 {
         return None;
     }
-    let mut v: u64 = 0;
     let (head, tail) = word.split_at(word.len().min(19));
     // Nineteen digits always fit in a u64; a twentieth is added with overflow checked.
-    for &b in head {
-        let d = b.wrapping_sub(b'0');
-        if d > 9 {
-            return None;
-        }
-        v = v * 10 + u64::from(d);
-    }
+    let mut v = digits(head)?;
     if let Some(&b) = tail.first() {
         let d = b.wrapping_sub(b'0');
         v = match v.checked_mul(10).and_then(|v| v.checked_add(u64::from(d))) {
@@ -332,6 +325,40 @@ pub fn int_in(word: &[u8], min: u64, max: u64) -> Option<u64> {
         };
     }
     (min..=max).contains(&v).then_some(v)
+}
+
+/// The value of at most 19 decimal digits, `None` if a byte is not a digit: eight digits
+/// at a time while eight are left (one load, two checks and three multiplications instead
+/// of eight rounds), then one at a time.
+#[inline(always)]
+fn digits(word: &[u8]) -> Option<u64> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let mut v: u64 = 0;
+    let mut rest = word;
+    while let Some((eight, tail)) = rest.split_first_chunk::<8>() {
+        let x = u64::from_le_bytes(*eight);
+        // Every byte 0x30..=0x39: its high nibble 3, and adding 6 leaves it so (no byte
+        // can carry into the next: the highest, 0x3F + 6, is 0x45).
+        let high = 0xF0 * ONES;
+        if x & high != 0x30 * ONES || x.wrapping_add(6 * ONES) & high != 0x30 * ONES {
+            return None;
+        }
+        // The digits, the first in the lowest byte: pairs, then fours, then all eight.
+        let d = x - 0x30 * ONES;
+        let d = (d & 0x000F_000F_000F_000F) * 10 + ((d >> 8) & 0x000F_000F_000F_000F);
+        let d = (d & 0x0000_00FF_0000_00FF) * 100 + ((d >> 16) & 0x0000_00FF_0000_00FF);
+        let d = (d & 0x0000_0000_0000_FFFF) * 10_000 + ((d >> 32) & 0x0000_0000_0000_FFFF);
+        v = v * 100_000_000 + d;
+        rest = tail;
+    }
+    for &b in rest {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        v = v * 10 + u64::from(d);
+    }
+    Some(v)
 }
 
 /// The cost a [`COST`] option gives, [`COST_DEFAULT`] when none.
@@ -592,6 +619,43 @@ mod tests {
             let canonical = word.parse::<u64>().ok().filter(|v| v.to_string() == word);
             let want = canonical.filter(|v| (min..=max).contains(v));
             proptest::prop_assert_eq!(int(word.as_bytes(), "x", min, max).ok(), want);
+        }
+
+        /// Eight digits at a time read what one at a time reads, and refuse what it
+        /// refuses: any byte that is not a digit, anywhere (bytes next to the digits in
+        /// particular: `/`, `:` to `?`, and the digits with the high bit set).
+        #[test]
+        fn digits_read_as_one_at_a_time(word in proptest::collection::vec(
+            proptest::prop_oneof![
+                8 => b'0'..=b'9',
+                1 => proptest::prelude::any::<u8>(),
+                1 => proptest::sample::select(vec![b'/', b':', b';', b'?', 0xB0, 0xB9, 0x39 + 0x80]),
+            ],
+            0..=19,
+        )) {
+            let mut want = Some(0u64);
+            for &b in &word {
+                want = want.filter(|_| b.is_ascii_digit()).map(|v| v * 10 + u64::from(b - b'0'));
+            }
+            proptest::prop_assert_eq!(digits(&word), want);
+        }
+    }
+
+    #[test]
+    fn digits_at_the_edges() {
+        for (word, want) in [
+            ("", Some(0)),
+            ("7", Some(7)),
+            ("12345678", Some(12_345_678)),
+            ("00000000", Some(0)),
+            ("99999999", Some(99_999_999)),
+            ("1234567890123456789", Some(1_234_567_890_123_456_789)),
+            ("9999999999999999999", Some(9_999_999_999_999_999_999)),
+            ("1234567:", None),
+            ("/2345678", None),
+            ("12345678/", None),
+        ] {
+            assert_eq!(digits(word.as_bytes()), want, "{word}");
         }
     }
 }

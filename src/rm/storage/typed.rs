@@ -127,10 +127,11 @@ enum Inner<'a, K: Stored + MaybeCompact + MaybeBlock> {
     Boxed(&'a mut K),
     /// A block's state, around the key's words (never dropped: they stay the key's).
     Block(ManuallyDrop<K>),
-    /// A copy of a compact state.
+    /// A copy of a compact state, and the parameter set it was read with.
     Copy {
         state: K,
         raw: Raw,
+        set: Set,
         changed: bool,
         replace: Option<(*mut c_void, Replace)>,
     },
@@ -167,6 +168,7 @@ pub unsafe fn borrow<'a, K: Stored + MaybeCompact + MaybeBlock>(
             Inner::Copy {
                 state: K::unpack(set.params(), Instant::from_ms(p.head >> SLOT_BITS), p.tail)?,
                 raw,
+                set,
                 changed: false,
                 replace,
             }
@@ -266,11 +268,12 @@ impl<K: Stored + MaybeCompact + MaybeBlock> Drop for Held<'_, K> {
         if let Inner::Copy {
             state,
             raw,
+            set,
             changed: true,
             replace,
         } = &self.inner
         {
-            if !repack_in_place(state, *raw) {
+            if !repack_in_place(state, *raw, set) {
                 write_back(state, *raw, *replace);
             }
         }
@@ -280,14 +283,15 @@ impl<K: Stored + MaybeCompact + MaybeBlock> Drop for Held<'_, K> {
 /// Writes a changed compact state back to the key when its parameters are the same (a call
 /// on a live key: the hot path); false, changing nothing, for any other case.
 #[inline(always)]
-fn repack_in_place<K: Stored + MaybeCompact>(state: &K, raw: Raw) -> bool {
+fn repack_in_place<K: Stored + MaybeCompact>(state: &K, raw: Raw, set: &Set) -> bool {
     let Some((params, latest, tail)) = state.pack() else {
         return false;
     };
     let packed = raw.map_addr(|a| a & !TAGS).cast::<Packed>();
     // SAFETY: the key's `Packed` (tagged COMPACT), lent to the borrow that calls this.
     let slot = unsafe { (*packed).head } as u16;
-    if Set::of(K::INDEX, params) != intern::table().get(slot) {
+    // The key's slot holds the set the state was read with (the key is held open).
+    if Set::of(K::INDEX, params) != *set {
         return false;
     }
     // SAFETY: as above.

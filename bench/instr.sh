@@ -40,6 +40,11 @@
 #                       propagation cases and the repeat check are skipped when their cases
 #                       do not run). The ratio columns need incr and set-px-live.
 #   BENCH_TIMEOUT       seconds allowed for one redis-benchmark run (default: 300)
+#   BENCH_INSTR_EXCLUDE a regular expression of functions whose instructions (inclusive) are
+#                       left out too, e.g. dictFetchValue: the server's lookups of a command
+#                       by name (the call's, and RL.APPLY's in RM_Replicate), whose cost
+#                       depends on the hash seed and on how many commands the server has
+#                       (see bench/ab.sh)
 # shellcheck source-path=SCRIPTDIR disable=SC2119 # (lib.sh: functions with optional arguments)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -186,7 +191,7 @@ WARM_HOT=200     # calls on a hot key before its window
 LIVE_KEYS=100000 # live keys warmed for the live and new cases
 NEW_RANGE=1000000000
 
-env_used MODULE CELL_SO BENCH_INSTR_N BENCH_INSTR_CLIENTS BENCH_INSTR_PIPELINE BENCH_INSTR_REPEAT BENCH_INSTR_ONLY BENCH_TIMEOUT
+env_used MODULE CELL_SO BENCH_INSTR_N BENCH_INSTR_CLIENTS BENCH_INSTR_PIPELINE BENCH_INSTR_REPEAT BENCH_INSTR_ONLY BENCH_TIMEOUT BENCH_INSTR_EXCLUDE
 N=${BENCH_INSTR_N:-20000}
 CLIENTS=${BENCH_INSTR_CLIENTS:-50}
 PIPELINE=${BENCH_INSTR_PIPELINE:-16}
@@ -229,7 +234,7 @@ launch_replica() { # port
 
 DUMPS=0
 # The work in a dump that is not per call (see dump_cost).
-EXCLUDED='serverCron|acceptTcpHandler|freeClient|configGetCommand'
+EXCLUDED='serverCron|acceptTcpHandler|freeClient|configGetCommand'${BENCH_INSTR_EXCLUDE:+|$BENCH_INSTR_EXCLUDE}
 
 start_server 120 "redis-server under valgrind" launch_primary "$TMP/redis.log" "$TMP/valgrind.log"
 log "redis-server $SERVER_VERSION under callgrind on 127.0.0.1:$PORT (pid $SERVER_PID)"

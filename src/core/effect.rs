@@ -284,17 +284,10 @@ impl<const N: usize> Out for Compact<N> {
             }
             return self;
         }
-        let canonical = !w.is_empty() && w.len() <= 20 && (w[0] != b'0' || w.len() == 1);
-        let mut v: u64 = 0;
-        for &b in w {
-            let d = b.wrapping_sub(b'0');
-            match v.checked_mul(10).and_then(|v| v.checked_add(u64::from(d))) {
-                Some(n) if d <= 9 => v = n,
-                _ => self.ok = false,
-            }
-        }
-        self.ok &= canonical;
-        self.number(v)
+        // As the parsers read it: a number not written canonically has no compact form.
+        let v = super::args::int_in(w, 0, u64::MAX);
+        self.ok &= v.is_some();
+        self.number(v.unwrap_or(0))
     }
 
     /// Appends a number.

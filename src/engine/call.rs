@@ -3,14 +3,14 @@
 //! reply. A call that may wait for its units (`BLOCK`) joins the key's waiters.
 
 use std::marker::PhantomData;
-use std::mem::MaybeUninit;
+use std::mem::{ManuallyDrop, MaybeUninit};
 
 use redis_module::{Context, ContextFlags};
 
 use super::{clock, replicate_expiry, settle};
 use crate::core::effect::{Compact, Line, COMPACT_SHORT_LEN, MAX_WORDS};
 use crate::core::error::Error;
-use crate::core::kind::{Change, Clock, Command, Kind, Mode, Reply};
+use crate::core::kind::{Change, Clock, Command, Kind, Mode, Ran, Reply};
 use crate::core::meta::Info;
 use crate::core::{Duration, Instant, Wait};
 use crate::rm::api::{self, Answer, Arg, Count, Handler};
@@ -145,30 +145,38 @@ where
     let (reply, wait, at, empty_at, before) = {
         let mut held = key.state::<C::Kind>()?;
         // What the run did is read where it was written, not moved out (it can be big).
-        let mut ran = C::run(held.as_deref_mut(), call, clock, mode);
-        let Ok(ran) = &mut ran else {
+        // What it owns is taken out below, the rest owns nothing: it is not dropped (a
+        // drop would test the variants again), and nothing is leaked.
+        let mut ran = ManuallyDrop::new(C::run(held.as_deref_mut(), call, clock, mode));
+        let Ok(Ran {
+            reply,
+            change,
+            wait,
+        }) = &mut *ran
+        else {
+            let ran = ManuallyDrop::into_inner(ran);
             return Err(ran.err().unwrap_or(Error::Internal(C::INFO.name)));
         };
-        let reply = std::mem::replace(&mut ran.reply, Reply::Nil);
-        let (at, empty_at, before) = match &ran.change {
+        let (reply, wait) = (std::mem::replace(reply, Reply::Nil), *wait);
+        let (at, empty_at, before) = match change {
             Change::None => {
                 // Nothing changed: nothing to write back to the key.
                 if let Some(held) = held.as_mut() {
                     held.unchanged();
                 }
-                return Ok((reply, ran.wait));
+                return Ok((reply, wait));
             }
             Change::Held { before, after } => match held.as_deref() {
                 Some(state) => (state.latest_time(), *after, *before),
                 None => return Err(Error::Internal(C::INFO.name)),
             },
-            Change::New { .. } => match std::mem::replace(&mut ran.change, Change::None) {
+            Change::New { .. } => match std::mem::replace(change, Change::None) {
                 Change::New { state, empty } => (fresh.insert(state).latest_time(), empty, None),
                 // Not reached: the change was matched as new just above.
                 _ => return Err(Error::Internal(C::INFO.name)),
             },
         };
-        (reply, ran.wait, at, empty_at, before)
+        (reply, wait, at, empty_at, before)
     };
     if let Some(state) = fresh {
         key.set(state)?;

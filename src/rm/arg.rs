@@ -52,8 +52,20 @@ pub fn words_into<'a, 'b>(
     args: &'a [Arg],
 ) -> Option<&'b [&'a [u8]]> {
     let written = buf.get_mut(..args.len())?;
+    // SAFETY: reading an API function pointer the server filled in at load time. Read
+    // once, not once an argument (a call through it could, as far as the compiler knows,
+    // change it). Without it, the caller's fallback reads every argument as empty.
+    let ptr_len = unsafe { raw::RedisModule_StringPtrLen }?;
     for (slot, a) in written.iter_mut().zip(args) {
-        slot.write(a.as_bytes());
+        let mut len = 0usize;
+        // SAFETY: as in `Arg::as_bytes`: an argument of the command, alive until it
+        // returns, and StringPtrLen gives a pointer to its `len` bytes.
+        let p = unsafe { ptr_len(a.0, &mut len) };
+        slot.write(match p.is_null() {
+            true => &[],
+            // SAFETY: as above.
+            false => unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) },
+        });
     }
     // SAFETY: every slot of `written` was just written, and `MaybeUninit<T>` has the
     // layout of `T`.

@@ -54,13 +54,12 @@ impl Limit for SubWindow {
         let Some(r) = self.recording(now, p, cost) else {
             return false;
         };
-        let current = self.index(r.now);
         if r.in_place {
-            let slot = self.slot(current);
-            self.put(slot, r.count);
+            self.put(r.slot, r.count);
         } else {
+            // The ring keeps its shape (see `fits`), so the counter keeps its word.
             self.advance(r.now);
-            self.put_count(current, r.count);
+            self.put(r.slot, r.count);
             if let Some(front) = r.plan.as_ref().and_then(|plan| plan.front.as_ref()) {
                 // p is valid, so its window fits in 16 bits.
                 self.set_front(p.subintervals() as u32, front);

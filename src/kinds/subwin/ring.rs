@@ -67,6 +67,8 @@ pub(super) struct Plan {
 /// What [`SubWindow::recording`] found a record writes.
 pub(super) struct Recording {
     pub(super) now: Instant,
+    /// The word in the block of the counter of the sub-interval `now` falls in.
+    pub(super) slot: usize,
     pub(super) plan: Option<Plan>,
     /// The current sub-interval's counter and the total, the cost included.
     pub(super) count: u32,
@@ -529,13 +531,15 @@ impl SubWindow {
             return None;
         }
         let current = self.index(now);
-        if plan.is_none() && (current == self.index(self.latest()) || self.total() == 0) {
+        let slot = self.slot(current);
+        if plan.is_none() && (self.total() == 0 || current == self.index(self.latest())) {
             // The same shape, in the latest sub-interval (the usual call), or an empty ring
             // (a new key): nothing leaves, and the other counters are 0 already.
-            let count = u32::try_from(u64::from(self.word(self.slot(current))) + cost).ok()?;
+            let count = u32::try_from(u64::from(self.word(slot)) + cost).ok()?;
             let total = u32::try_from(self.total() + cost).ok()?;
             return Some(Recording {
                 now,
+                slot,
                 plan,
                 count,
                 total,
@@ -550,6 +554,7 @@ impl SubWindow {
         let total = u32::try_from(after_advance + cost).ok()?;
         Some(Recording {
             now,
+            slot,
             plan,
             count,
             total,

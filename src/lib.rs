@@ -47,6 +47,7 @@ registry::kinds! {
     subwin::SubWindow, block, rate;
     lease::Leases, boxed, [Acquire, Release, Extend];
     throttle::Throttle, compact, rate;
+    penalty::Penalty, boxed, rate;
     #[cfg(test)]
     probe::Probe, compact, rate;
 }

@@ -39,6 +39,8 @@ export declare class Decision {
     parts?: Decision[],
     leaseId?: Bulk | null,
     refusedBy?: Bulk | null,
+    wouldRefuse?: Bulk | null,
+    shadowed?: boolean,
   );
   /** Allowed, and recorded (unless COST 0). Refused: nothing was recorded. */
   readonly allowed: boolean;
@@ -54,8 +56,14 @@ export declare class Decision {
   readonly parts: readonly Decision[];
   /** RL.ACQUIRE (or its entry in RL.ALL, RL.HIT): the lease, null when none was granted. */
   readonly leaseId: Bulk | null;
-  /** RL.HIT: the name of the policy's limiter that refused, null when allowed. */
+  /** RL.HIT: the name of the policy's limiter that refused, null when allowed ('PENALTY': see `banned`). */
   readonly refusedBy: Bulk | null;
+  /** RL.HIT under a policy with shadow limiters: the one that would have refused, null when none would. */
+  readonly wouldRefuse: Bulk | null;
+  /** RL.HIT: the policy has shadow limiters (its reply tells `wouldRefuse`). */
+  readonly shadowed: boolean;
+  /** RL.HIT: refused by the policy's penalty box, banned for retryAfterMs more. */
+  readonly banned: boolean;
   /** Refused for good: the cost is above what the limiter can ever hold. */
   readonly never: boolean;
   /** How long an allowed call must wait before acting (RL.LEAKY; 0 for the others). */

@@ -39,6 +39,8 @@ pub enum Keys {
     /// One key, the second argument (`RL.HIT policy subject`: the subject, which places the
     /// keys the call derives from it).
     Second,
+    /// One key, the third argument (`RL.POLICY UNBAN policy subject`: the subject).
+    Third,
     /// None.
     None,
 }

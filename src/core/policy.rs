@@ -56,7 +56,7 @@ pub fn check_new_limiter_name(name: &[u8], reserved: impl Fn(&[u8]) -> bool) -> 
     }
     if reserved(name) {
         return Err(Error::InvalidWord(
-            "a limiter's name may not be a keyword of the policy grammar (a kind, an option, NOW, BLOCK)",
+            "a limiter's name may not be a keyword of the policy grammar (a kind, an option, NOW, BLOCK, SHADOW)",
             super::args::lossy(name),
         ));
     }

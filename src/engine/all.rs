@@ -13,7 +13,7 @@
 use redis_module::Context;
 use smallvec::SmallVec;
 
-use super::limiters::{keywords, run_limiters, spec_named, Frames, OnKey, ALL_MAX_KEYS};
+use super::limiters::{keywords, run_limiters, spec_named, Frames, OnKey, Shadow, ALL_MAX_KEYS};
 use super::{catalog, clock};
 use crate::core::args::{self, lossy};
 use crate::core::error::Error;
@@ -210,7 +210,7 @@ impl Handler for All {
         let (mut limiters, now) = parse(ctx, &words, &frames)?;
         let clock = clock(ctx, now, Mode::Decide)?;
         let names = args.get(2..2 + limiters.len()).ok_or(Error::Arity)?;
-        let outcome = run_limiters(ctx, &mut limiters, names, clock)?;
+        let outcome = run_limiters(ctx, &mut limiters, names, clock, Shadow::NONE)?;
         if let Some(key) = outcome.refused_by.and_then(|i| names.get(i)) {
             super::top::refused_key(key.as_bytes());
         }

@@ -108,6 +108,29 @@ pub fn info(ctx: &InfoContext, for_crash_report: bool) {
             }
             value.extend_from_slice(decimal(units, &mut digits));
         }
+        // With a penalty: the bans it started, and the hits a ban refused.
+        if f.penalty {
+            for (field, n) in [(&b",bans="[..], f.bans), (b",banned=", f.banned)] {
+                value.extend_from_slice(field);
+                value.extend_from_slice(decimal(n, &mut digits));
+            }
+        }
+        // With shadow limiters: the hits one would have refused, and how many each would
+        // have (`-` for an enforced one).
+        if f.shadow != crate::engine::limiters::Shadow::NONE {
+            value.extend_from_slice(b",would_refuse=");
+            value.extend_from_slice(decimal(f.would_refuse, &mut digits));
+            value.extend_from_slice(b",shadow=");
+            for (i, n) in f.shadow_refused().enumerate() {
+                if i > 0 {
+                    value.push(b'/');
+                }
+                match n {
+                    Some(n) => value.extend_from_slice(decimal(n, &mut digits)),
+                    None => value.push(b'-'),
+                }
+            }
+        }
         api::info_field(ctx, &name, &value, &mut scratch);
     });
 }

@@ -17,7 +17,7 @@ use crate::core::args::Grammar;
 use crate::core::effect::{Compact, Line};
 use crate::core::error::Error;
 use crate::core::kind::{Clock, Command, Kind, Mode, Reply};
-use crate::core::{Decision, Duration, Instant};
+use crate::core::{Decision, Duration, Instant, Wait};
 use crate::rm::api::{self, Arg, ALL_INLINE};
 use crate::rm::arena::Arena;
 use crate::rm::key::Key;
@@ -394,16 +394,18 @@ pub(crate) fn run_limiters<'c>(
     limiters: &mut [OnKey<'_, 'c, '_>],
     names: &[Arg],
     clock: Clock,
+    shadow: Shadow,
 ) -> Result<Outcome, Error> {
     let now = clock.caller;
     let mut keys: SmallVec<[Key; ALL_INLINE]> = SmallVec::new();
     for &name in names {
         keys.push(Key::open(ctx, name, true));
     }
-    let outcome = decide(limiters, &mut keys, now).map_err(|(i, e)| match names.get(i) {
-        Some(key) => Error::for_key(key.as_bytes(), e),
-        None => e,
-    })?;
+    let outcome =
+        decide(limiters, &mut keys, now, shadow).map_err(|(i, e)| match names.get(i) {
+            Some(key) => Error::for_key(key.as_bytes(), e),
+            None => e,
+        })?;
     if !outcome.decision.allowed {
         return Ok(outcome);
     }
@@ -460,24 +462,64 @@ pub struct Outcome {
     /// Refused: the place of the limiter whose fields the call answers (the refusing one
     /// that needs the longest wait).
     pub refused_by: Option<usize>,
+    /// The place of the shadow limiter that would have refused (the one that needs the
+    /// longest wait), if one would; and every one that would have.
+    pub would_refuse: Option<usize>,
+    pub shadow_refusals: Shadow,
+}
+
+/// Which of a call's limiters are shadow limiters (a policy's `SHADOW`): bit `i` for the
+/// limiter at `i`. A shadow limiter decides and records as it would enforced, but never
+/// refuses the call: it records only when it allows and the enforced ones allow the call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Shadow(pub u16);
+
+impl Shadow {
+    /// No shadow limiter (`RL.ALL`, a policy without one).
+    pub const NONE: Shadow = Shadow(0);
+
+    /// Whether the limiter at `i` is a shadow one.
+    #[inline(always)]
+    pub fn has(self, i: usize) -> bool {
+        i < 16 && self.0 >> i & 1 == 1
+    }
 }
 
 /// The decision of a call: every limiter checked and evaluated at `now` on its slot, none
-/// changed; then, only when every one allows and could record, each records its cost. A
-/// refused call changes nothing. An error names the limiter at fault by its place.
+/// changed; then, only when every enforced one allows and could record, each records its
+/// cost, but a shadow one (`shadow`) that refuses, which records nothing. A refused call
+/// changes nothing. An error names the limiter at fault by its place.
 pub fn decide<S: Slot>(
     limiters: &mut [&mut (dyn Limiter<S> + '_)],
     slots: &mut [S],
     now: Instant,
+    shadow: Shadow,
 ) -> Result<Outcome, (usize, Error)> {
     let mut decisions: SmallVec<[Decision; ALL_INLINE]> = SmallVec::new();
     let mut unfit = None;
+    let mut unfit_shadows = Shadow::NONE;
     for (i, (l, slot)) in limiters.iter_mut().zip(slots.iter_mut()).enumerate() {
         let (d, cannot) = l.evaluate(slot, now).map_err(|e| (i, e))?;
-        if let (Some(e), None) = (cannot, &unfit) {
-            unfit = Some((i, e));
+        if let Some(e) = cannot {
+            // A shadow limiter that could not record leaves the call as it is: it records
+            // nothing, as when it refuses.
+            if shadow.has(i) {
+                unfit_shadows.0 |= 1 << i;
+            } else if unfit.is_none() {
+                unfit = Some((i, e));
+            }
         }
         decisions.push(d);
+    }
+    if shadow != Shadow::NONE {
+        return decide_shadowed(
+            limiters,
+            slots,
+            now,
+            (shadow, unfit_shadows),
+            decisions,
+            unfit,
+        );
     }
     let allowed = decisions.iter().all(|d| d.allowed);
     let mut entries: SmallVec<[Reply; ALL_INLINE]> = SmallVec::new();
@@ -501,6 +543,8 @@ pub fn decide<S: Slot>(
             entries,
             committed,
             refused_by: refusing(&decisions),
+            would_refuse: None,
+            shadow_refusals: Shadow::NONE,
         });
     }
     if let Some(unfit) = unfit {
@@ -525,5 +569,93 @@ pub fn decide<S: Slot>(
         entries,
         committed,
         refused_by: None,
+        would_refuse: None,
+        shadow_refusals: Shadow::NONE,
+    })
+}
+
+/// [`decide`] for a call with shadow limiters, from each one's evaluation (`unfit_shadows`:
+/// the shadow ones that allow but could not record). The call is decided by the enforced
+/// ones, and answers their five fields; with none enforced, the shadow ones' as if each
+/// allowed (it waits for none).
+#[cold]
+fn decide_shadowed<S: Slot>(
+    limiters: &mut [&mut (dyn Limiter<S> + '_)],
+    slots: &mut [S],
+    now: Instant,
+    (shadow, unfit_shadows): (Shadow, Shadow),
+    mut decisions: SmallVec<[Decision; ALL_INLINE]>,
+    unfit: Option<(usize, Error)>,
+) -> Result<Outcome, (usize, Error)> {
+    let allowed = decisions
+        .iter()
+        .enumerate()
+        .all(|(i, d)| d.allowed || shadow.has(i));
+    let mut entries: SmallVec<[Reply; ALL_INLINE]> = SmallVec::new();
+    let mut committed: SmallVec<[Option<Committed>; ALL_INLINE]> = SmallVec::new();
+    if allowed {
+        if let Some(unfit) = unfit {
+            return Err(unfit);
+        }
+    }
+    for (i, (l, slot)) in limiters.iter_mut().zip(slots.iter_mut()).enumerate() {
+        let Some(d) = decisions.get_mut(i) else {
+            continue;
+        };
+        // Nothing is taken from a limiter of a refused call, nor from a shadow one that
+        // refuses or could not record; one that would have allowed answers its state as
+        // it stands, as its own command with `COST 0` would.
+        let takes = allowed && d.allowed && !unfit_shadows.has(i);
+        if !takes || l.cost() == 0 {
+            if !allowed && d.allowed && l.cost() > 0 {
+                *d = l.evaluate_free(slot, now).map_err(|e| (i, e))?;
+            }
+            entries.push(l.entry(*d, None));
+            committed.push(None);
+            continue;
+        }
+        let c = l.commit(slot, now).map_err(|e| (i, e))?;
+        *d = d.resetting_at(c.empty_at, now);
+        entries.push(l.entry(*d, Some(&c.reply)));
+        committed.push(Some(c));
+    }
+    // The shadow limiter that would have refused, as the call would answer it enforced.
+    let as_shadow = |enforced: bool| -> SmallVec<[Decision; ALL_INLINE]> {
+        decisions
+            .iter()
+            .enumerate()
+            .map(|(i, d)| match shadow.has(i) != enforced {
+                true => *d,
+                false => Decision {
+                    allowed: true,
+                    retry_after: Wait::None,
+                    ..*d
+                },
+            })
+            .collect()
+    };
+    let would_refuse = refusing(&as_shadow(false));
+    let shadow_refusals = Shadow(
+        (decisions.iter().enumerate())
+            .filter(|&(i, d)| shadow.has(i) && !d.allowed)
+            .fold(0, |mask, (i, _)| mask | 1 << i),
+    );
+    let enforced: SmallVec<[Decision; ALL_INLINE]> = decisions
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| !shadow.has(i))
+        .map(|(_, d)| *d)
+        .collect();
+    let decision = match enforced.is_empty() {
+        true => combine(&as_shadow(true)),
+        false => combine(&enforced),
+    };
+    Ok(Outcome {
+        decision,
+        entries,
+        committed,
+        refused_by: refusing(&as_shadow(true)),
+        would_refuse,
+        shadow_refusals,
     })
 }

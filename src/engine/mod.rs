@@ -140,7 +140,7 @@ impl CommandEntry {
 /// set (the least of them); `None`, logged, when a command could not be registered.
 pub fn register(ctx: &Context, own: Option<&str>) -> Option<Acl> {
     use policy::commands as pc;
-    let generic: [(&str, RegisterFn); 13] = [
+    let generic: [(&str, RegisterFn); 14] = [
         (generic::Peek::INFO.name, api::register::<generic::Peek>),
         (generic::Refund::INFO.name, api::register::<generic::Refund>),
         (generic::Charge::INFO.name, api::register::<generic::Charge>),
@@ -154,6 +154,7 @@ pub fn register(ctx: &Context, own: Option<&str>) -> Option<Acl> {
         (pc::Set::INFO.name, api::register::<pc::Set>),
         (pc::Get::INFO.name, api::register::<pc::Get>),
         (pc::Del::INFO.name, api::register::<pc::Del>),
+        (pc::Unban::INFO.name, api::register::<pc::Unban>),
         (pc::List::INFO.name, api::register::<pc::List>),
         (pc::Help::INFO.name, api::register::<pc::Help>),
         (

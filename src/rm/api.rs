@@ -10,7 +10,9 @@ pub use super::blocked::{
     BlockedClient, TimerId,
 };
 pub use super::dispatch::{register, Count, Handler};
-pub use super::replicate::{replicate_effect, replicate_effects, replicate_expire_at};
+pub use super::replicate::{
+    replicate_del, replicate_effect, replicate_effects, replicate_expire_at,
+};
 pub use super::reply::{
     allowed, info_field, reply, reply_all, reply_error, reply_hit, Answer, ALL_INLINE,
 };

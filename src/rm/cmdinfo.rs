@@ -120,10 +120,14 @@ pub fn set(ctx: &Context, info: &Info, args: &[Arg], choices: &[Arg]) -> bool {
     key_specs[0].flags = u64::from(key_flags);
     key_specs[0].begin_search_type =
         raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
-    key_specs[0].bs.index.pos = if keys == Keys::Second { 2 } else { 1 };
+    key_specs[0].bs.index.pos = match keys {
+        Keys::Second => 2,
+        Keys::Third => 3,
+        _ => 1,
+    };
     // A range from the search's start: (last key, step), as `(first, last, step)` says.
     let range = match keys {
-        Keys::First | Keys::Second => Some((0, 1)),
+        Keys::First | Keys::Second | Keys::Third => Some((0, 1)),
         Keys::Pairs => Some((-1, 2)),
         Keys::Counted | Keys::None => None,
     };

@@ -156,6 +156,7 @@ pub fn register<H: Handler>(ctx: &Context, own: Option<&str>) -> Option<Acl> {
     let (range, getkeys) = match info.keys {
         Keys::First => ((1, 1, 1), ""),
         Keys::Second => ((2, 2, 1), ""),
+        Keys::Third => ((3, 3, 1), ""),
         Keys::Pairs => ((1, -1, 2), ""),
         Keys::Counted => ((0, 0, 0), " getkeys-api"),
         Keys::None => ((0, 0, 0), ""),

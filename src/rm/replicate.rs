@@ -112,3 +112,15 @@ pub fn replicate_expire_at(ctx: &Context, key: Arg, at: crate::core::Instant) {
         );
     }
 }
+
+/// Propagates `DEL key`: a key a command removed (`RL.POLICY UNBAN`), gone on replicas and
+/// in the AOF too, whatever it held there.
+pub fn replicate_del(ctx: &Context, key: Arg) {
+    // SAFETY: reading the API function pointer the server filled in at load time; the
+    // format takes one live string, which Redis takes a reference to.
+    unsafe {
+        if let Some(rep) = raw::RedisModule_Replicate {
+            rep(ctx.ctx, c"DEL".as_ptr(), c"s".as_ptr(), key.raw());
+        }
+    }
+}

@@ -160,8 +160,15 @@ pub fn reply_all(ctx: &Context, d: &Decision, each: &[Reply]) {
 }
 
 /// Replies `RL.HIT`'s answer: the five fields, the name of the limiter that refused (nil
-/// when allowed), then each limiter's entry.
-pub fn reply_hit(ctx: &Context, d: &Decision, refused_by: Option<&[u8]>, each: &[Reply]) {
+/// when allowed), then each limiter's entry; under a policy with shadow limiters
+/// (`shadow` is `Some`), then the name of the one that would have refused (nil when none).
+pub fn reply_hit(
+    ctx: &Context,
+    d: &Decision,
+    refused_by: Option<&[u8]>,
+    each: &[Reply],
+    shadow: Option<Option<&[u8]>>,
+) {
     // SAFETY: ctx is the context of the command being answered, which may reply.
     unsafe {
         if let (Some(array), Some(long_long), Some(bulk), Some(null)) = (
@@ -170,16 +177,21 @@ pub fn reply_hit(ctx: &Context, d: &Decision, refused_by: Option<&[u8]>, each: &
             raw::RedisModule_ReplyWithStringBuffer,
             raw::RedisModule_ReplyWithNull,
         ) {
-            array(ctx.ctx, 6 + each.len() as std::os::raw::c_long);
-            for v in d.as_reply() {
-                long_long(ctx.ctx, v);
-            }
-            match refused_by {
+            let name_or_nil = |name: Option<&[u8]>| match name {
                 Some(name) => bulk(ctx.ctx, name.as_ptr().cast::<c_char>(), name.len()),
                 None => null(ctx.ctx),
             };
+            let len = 6 + each.len() + usize::from(shadow.is_some());
+            array(ctx.ctx, len as std::os::raw::c_long);
+            for v in d.as_reply() {
+                long_long(ctx.ctx, v);
+            }
+            name_or_nil(refused_by);
             for r in each {
                 reply(ctx.ctx, r);
+            }
+            if let Some(name) = shadow {
+                name_or_nil(name);
             }
         }
     }

@@ -12,8 +12,8 @@ use crate::core::kind::{Change, Clock, Command, Mode, Reply};
 use crate::core::sample::Sample;
 use crate::core::{Decision, Instant, MAX_TIMESTAMP};
 use crate::engine::call::Storable;
-use crate::engine::combine::combine;
-use crate::engine::limiters::{decide, limiter, Limiter, Slot};
+use crate::engine::combine::{combine, refusing};
+use crate::engine::limiters::{decide, limiter, Limiter, Shadow, Slot};
 use crate::engine::Visit;
 use crate::kinds::token::Token;
 
@@ -189,6 +189,9 @@ struct Each {
 struct Combined {
     decision: Decision,
     each: Vec<Each>,
+    refused_by: Option<usize>,
+    would_refuse: Option<usize>,
+    shadow_refusals: Shadow,
 }
 
 /// Runs one call as `RL.ALL` does, on `keys`.
@@ -197,9 +200,19 @@ fn call(
     cases: &[Box<dyn Case>],
     now: Instant,
 ) -> Result<Combined, (usize, Error)> {
+    call_shadowed(keys, cases, now, Shadow::NONE)
+}
+
+/// Runs one call as `RL.HIT` does under a policy whose shadow limiters are `shadow`.
+fn call_shadowed(
+    keys: &mut [Held],
+    cases: &[Box<dyn Case>],
+    now: Instant,
+    shadow: Shadow,
+) -> Result<Combined, (usize, Error)> {
     let mut boxed: Vec<Box<dyn Limiter<Held>>> = cases.iter().map(|c| c.limiter()).collect();
     let mut limiters: Vec<&mut dyn Limiter<Held>> = boxed.iter_mut().map(|b| &mut **b).collect();
-    let outcome = decide(&mut limiters, keys, now)?;
+    let outcome = decide(&mut limiters, keys, now, shadow)?;
     let each = outcome
         .entries
         .iter()
@@ -220,6 +233,9 @@ fn call(
     Ok(Combined {
         decision: outcome.decision,
         each,
+        refused_by: outcome.refused_by,
+        would_refuse: outcome.would_refuse,
+        shadow_refusals: outcome.shadow_refusals,
     })
 }
 
@@ -397,6 +413,85 @@ proptest! {
                     } else {
                         prop_assert_eq!(&s[i].reply(o.decision), r);
                     }
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    /// The same mix with some limiters in shadow (a policy's `SHADOW`): the call is what
+    /// the enforced ones decide together (a shadow refusal never refuses it, nor hides an
+    /// enforced refusal); a shadow limiter records as its own command would, only when the
+    /// enforced ones allow, and is told as refusing when it would refuse.
+    #[test]
+    fn shadow_limiters_never_refuse_and_record_as_their_own_command(
+        keys in prop::collection::vec(spec_words(), 1..=6),
+        mask in 1u16..64,
+        calls in prop::collection::vec(
+            (prop::collection::vec(0usize..2, 6), 0u64..1500),
+            1..40,
+        ),
+    ) {
+        let n = keys.len();
+        let shadow = Shadow(mask & ((1 << n) - 1));
+        let mut state: Vec<Held> = vec![Held::default(); n];
+        let mut now = T0;
+        for (variants, step) in calls {
+            now += step;
+            let lines: Vec<&str> = (0..n).map(|i| keys[i][variants[i]].as_str()).collect();
+            let line = lines.join(" ");
+            let s: Vec<Box<dyn Case>> = lines.iter().map(|l| case(l)).collect();
+            let model: Vec<Single> = state
+                .iter()
+                .zip(&s)
+                .map(|(k, case)| case.single(k, now, false))
+                .collect();
+            let before = encoded(&state);
+            let before_state = state.clone();
+            let got = call_shadowed(&mut state, &s, now, shadow);
+            // Errors are `RL.ALL`'s (checked above): here, only that they change nothing.
+            let (Ok(got), Ok(model)) = (got.as_ref(), model.into_iter().collect::<Result<Vec<_>, _>>()) else {
+                if got.is_err() {
+                    prop_assert_eq!(encoded(&state), before);
+                }
+                continue;
+            };
+            let enforced: Vec<usize> = (0..n).filter(|&i| !shadow.has(i)).collect();
+            let enforced_allow = enforced.iter().all(|&i| allows(&model[i].1));
+            prop_assert_eq!(got.decision.allowed, enforced_allow, "{} at {}", &line, now);
+            let each: Vec<Decision> = got.each.iter().map(|o| o.decision).collect();
+            let pick = |ix: &[usize]| ix.iter().map(|&i| each[i]).collect::<Vec<_>>();
+            if !enforced.is_empty() {
+                prop_assert_eq!(got.decision, combine(&pick(&enforced)));
+                let refused_by = refusing(&pick(&enforced)).map(|k| enforced[k]);
+                prop_assert_eq!(got.refused_by, refused_by);
+            } else {
+                prop_assert!(got.decision.allowed && got.refused_by.is_none());
+            }
+            let shadows: Vec<usize> = (0..n).filter(|&i| shadow.has(i)).collect();
+            let would = refusing(&pick(&shadows)).map(|k| shadows[k]);
+            prop_assert_eq!(got.would_refuse, would);
+            let every = shadows.iter().filter(|&&i| !each[i].allowed).fold(0u16, |m, &i| m | 1 << i);
+            prop_assert_eq!(got.shadow_refusals, Shadow(every));
+            for i in 0..n {
+                let (new, r) = &model[i];
+                let o = &got.each[i];
+                let records = enforced_allow && allows(r);
+                if records {
+                    prop_assert_eq!(&s[i].reply(o.decision), r, "limiter {} in {} at {}", i, &line, now);
+                    match new {
+                        Some(new) => prop_assert_eq!(state[i].0.as_ref().map(|s| s.bytes()), Some(new.bytes())),
+                        None => prop_assert_eq!(&encoded(&state)[i], &before[i]),
+                    }
+                    continue;
+                }
+                prop_assert_eq!(&encoded(&state)[i], &before[i], "limiter {} in {} at {}", i, &line, now);
+                if allows(r) {
+                    let Ok((_, peek)) = s[i].single(&before_state[i], now, true) else { continue };
+                    prop_assert_eq!(&s[i].reply(o.decision), &peek, "limiter {} in {} at {}", i, &line, now);
+                } else {
+                    prop_assert_eq!(&s[i].reply(o.decision), r, "limiter {} in {} at {}", i, &line, now);
                 }
             }
         }

@@ -6,60 +6,10 @@ use std::collections::HashMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::common::policy::{hit, line, ok};
 use crate::common::{digest, err, int, run, server, text, unix_ms, wait_until, Server};
 use redis::{Connection, Value};
 use rstest::rstest;
-
-/// Runs a line split on spaces.
-fn line(c: &mut Connection, line: &str) -> redis::RedisResult<Value> {
-    let words: Vec<&str> = line.split_whitespace().collect();
-    run(c, &words)
-}
-
-fn ok(c: &mut Connection, l: &str) {
-    assert_eq!(
-        line(c, l).unwrap_or_else(|e| panic!("{l}: {e}")),
-        Value::Okay,
-        "{l}"
-    );
-}
-
-/// An `RL.HIT` answer: the five fields, the refusing limiter, and each limiter's fields.
-#[derive(Debug, PartialEq)]
-struct Hit {
-    fields: [i64; 5],
-    refused_by: Option<String>,
-    each: Vec<Vec<i64>>,
-}
-
-fn hit(c: &mut Connection, l: &str) -> Hit {
-    let Ok(Value::Array(items)) = line(c, l) else {
-        panic!("{l}: {:?}", line(c, l));
-    };
-    let int = |v: &Value| match v {
-        Value::Int(i) => *i,
-        other => panic!("{l}: {other:?}"),
-    };
-    let fields: Vec<i64> = items[..5].iter().map(int).collect();
-    let refused_by = match &items[5] {
-        Value::Nil => None,
-        Value::BulkString(b) => Some(String::from_utf8(b.clone()).unwrap()),
-        other => panic!("{l}: {other:?}"),
-    };
-    // Each limiter's five fields (an ACQUIRE limiter's lease id after them is left out).
-    let each = items[6..]
-        .iter()
-        .map(|v| match v {
-            Value::Array(f) => f[..5].iter().map(int).collect(),
-            other => panic!("{l}: {other:?}"),
-        })
-        .collect();
-    Hit {
-        fields: fields.try_into().unwrap(),
-        refused_by,
-        each,
-    }
-}
 
 fn words(c: &mut Connection, l: &str) -> Option<Vec<String>> {
     match line(c, l).unwrap_or_else(|e| panic!("{l}: {e}")) {

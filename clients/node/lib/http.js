@@ -212,15 +212,20 @@ function hit(redis, policy, subject, cost = 1) {
 
 /**
  * Middleware for node's http module: one limiter call per request, its headers on every
- * response, 429 when refused, RL.LEAKY's delay waited before the handler runs.
+ * response, 429 when refused, RL.LEAKY's delay waited before the handler runs. The decision
+ * is `req.rateLimit`; under a policy with shadow limiters, `onShadow(name, key, req)` is told
+ * which one would have refused (for a log line).
  *
  *   http.createServer(rateLimit(handler, { limiter, key: (req) => 'ip:' + req.socket.remoteAddress }))
  */
-function rateLimit(handler, { limiter, key, cost = () => 1, onError = null }) {
+function rateLimit(handler, { limiter, key, cost = () => 1, onError = null, onShadow = null }) {
   return async (req, res) => {
     let d;
+    const k = key(req);
     try {
-      d = await limiter.hit(key(req), cost(req));
+      d = await limiter.hit(k, cost(req));
+      req.rateLimit = d;
+      if (onShadow && d.wouldRefuse !== null && d.wouldRefuse !== undefined) onShadow(String(d.wouldRefuse), k, req);
     } catch (err) {
       // Redis unreachable or refusing writes: fail open or closed, as the service decides.
       if (onError) return onError(err, req, res, handler);

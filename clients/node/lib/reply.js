@@ -44,10 +44,36 @@ class Decision {
    * @param {number} resetAfterMs until the limiter is empty again (the key's PTTL)
    * @param {Decision[]} parts RL.ALL and RL.HIT: each limiter's own fields, in key order
    * @param {string|Buffer|null} leaseId RL.ACQUIRE, or its entry in RL.ALL: the lease (null if refused)
-   * @param {string|Buffer|null} refusedBy RL.HIT: the policy's limiter that refused (null if allowed)
+   * @param {string|Buffer|null} refusedBy RL.HIT: the policy's limiter that refused (null if
+   *   allowed; 'PENALTY' when the policy's penalty box refused: see `banned`)
+   * @param {string|Buffer|null} wouldRefuse RL.HIT under a policy with shadow limiters: the one
+   *   that would have refused (null if none would): log it while a new limit is tried
+   * @param {boolean} shadowed RL.HIT: the policy has shadow limiters (the reply ends with `wouldRefuse`)
    */
-  constructor(allowed, limit, remaining, retryAfterMs, resetAfterMs, parts = [], leaseId = null, refusedBy = null) {
-    Object.assign(this, { allowed, limit, remaining, retryAfterMs, resetAfterMs, parts, leaseId, refusedBy });
+  constructor(
+    allowed,
+    limit,
+    remaining,
+    retryAfterMs,
+    resetAfterMs,
+    parts = [],
+    leaseId = null,
+    refusedBy = null,
+    wouldRefuse = null,
+    shadowed = false,
+  ) {
+    Object.assign(this, {
+      allowed,
+      limit,
+      remaining,
+      retryAfterMs,
+      resetAfterMs,
+      parts,
+      leaseId,
+      refusedBy,
+      wouldRefuse,
+      shadowed,
+    });
     Object.freeze(this);
   }
 
@@ -66,11 +92,21 @@ class Decision {
     if (head.some((x) => Array.isArray(x))) throw bad('a five-field rate limiter reply');
     const [allowed, limit, remaining, retry, reset] = head.map((x) => int(x, reply, 'a five-field rate limiter reply'));
     let refusedBy = null;
+    let wouldRefuse = null;
+    let shadowed = false;
     if (rest.length >= 2 && !Array.isArray(rest[0])) {
-      // RL.HIT: the refusing limiter's name (nil when allowed), then each limiter's fields.
+      // RL.HIT: the refusing limiter's name (nil when allowed), then each limiter's fields,
+      // then, under shadow limiters, the one that would have refused (not an array).
       if (rest[0] !== null && !isBulk(rest[0])) throw bad('an RL.HIT reply');
       refusedBy = rest[0];
       rest = rest.slice(1);
+      const last = rest[rest.length - 1];
+      if (rest.length >= 2 && !Array.isArray(last)) {
+        if (last !== null && !isBulk(last)) throw bad('an RL.HIT reply');
+        wouldRefuse = last;
+        shadowed = true;
+        rest = rest.slice(0, -1);
+      }
     }
     let leaseId = null;
     if (rest.length === 1 && !Array.isArray(rest[0])) {
@@ -83,7 +119,12 @@ class Decision {
       throw bad('an RL.ALL reply');
     }
     const parts = rest.map((x) => Decision.fromReply(x));
-    return new Decision(allowed === 1, limit, remaining, retry, reset, parts, leaseId, refusedBy);
+    return new Decision(allowed === 1, limit, remaining, retry, reset, parts, leaseId, refusedBy, wouldRefuse, shadowed);
+  }
+
+  /** RL.HIT: refused by the policy's penalty box; banned for retryAfterMs more. */
+  get banned() {
+    return !this.allowed && this.refusedBy !== null && String(this.refusedBy) === 'PENALTY';
   }
 
   /** Refused for good: the cost is above the limit, waiting does not help. */

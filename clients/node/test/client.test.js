@@ -5,7 +5,7 @@ const test = require('node:test');
 const assert = require('node:assert/strict');
 const Redis = require('ioredis');
 const { createClient } = require('redis');
-const { RateLimitClient, fromIoredis, fromNodeRedis, Limit, Limiter, hit } = require('..');
+const { RateLimitClient, fromIoredis, fromNodeRedis, Limit, Limiter, hit, rateLimit } = require('..');
 const { startServer, fresh, calls, waitFor } = require('./helpers');
 
 let server;
@@ -209,6 +209,39 @@ test('policies: SET, GET, LIST pages (an async iterator), HIT, TOP, DEL', async 
     assert.equal(await rl.policyDel(names[0]), true);
     assert.equal(await rl.policyDel(names[0]), false);
     for (const n of [...names.slice(1), flat]) await rl.policyDel(n);
+  });
+});
+
+test('RL.HIT tells a shadow refusal and a ban; the middleware gives the decision', async () => {
+  await both(async (rl, label) => {
+    const shadow = fresh(`shadow-${label}`).replace(':', '-');
+    await rl.policySet(shadow, ['m', 'SLIDE', 5, 60000, 'b', 'TOKEN', 1, 60000, 'SHADOW']);
+    const subject = fresh('user');
+    const first = await rl.hit(shadow, subject);
+    const second = await rl.hit(shadow, subject);
+    assert.equal(first.shadowed, true);
+    assert.equal(first.wouldRefuse, null);
+    assert.equal(second.allowed, true);
+    assert.equal(String(second.wouldRefuse), 'b');
+    assert.equal(second.parts[1].allowed, false);
+    const box = fresh(`box-${label}`).replace(':', '-');
+    await rl.policySet(box, ['PENALTY', 1, 60000, 60000, 'm', 'SLIDE', 1, 60000]);
+    assert.equal((await rl.hit(box, subject)).allowed, true);
+    const banned = await rl.hit(box, subject);
+    assert.equal(banned.banned, true);
+    assert.equal(String(banned.refusedBy), 'PENALTY');
+    assert.equal(banned.retryAfterMs, 60000);
+    // The middleware: the decision on the request, and the shadow refusal told.
+    const told = [];
+    const limiter = { hit: (k, c) => rl.hit(shadow, k, { cost: c }), limit: new Limit('RL.TOKEN', [1, 60000]) };
+    const mw = rateLimit((req, res) => res.end('ok'), { limiter, key: () => subject, onShadow: (name, k) => told.push([name, k]) });
+    const req = {};
+    const res = { setHeader() {}, writeHead() {}, end() {} };
+    await mw(req, res);
+    assert.equal(String(req.rateLimit.wouldRefuse), 'b');
+    assert.deepEqual(told, [['b', subject]]);
+    await rl.policyDel(shadow);
+    await rl.policyDel(box);
   });
 });
 

@@ -19,6 +19,7 @@ from redis_ratelimit_client import (
     Fixed,
     LeaseRefused,
     ModuleNotLoaded,
+    PolicyLimiter,
     RateLimit,
     Slide,
     Token,
@@ -26,6 +27,8 @@ from redis_ratelimit_client import (
     from_command,
     headers,
     headers_all,
+    keyed,
+    WSGIRateLimit,
 )
 from redis_ratelimit_client.decision import Throttle
 
@@ -268,6 +271,47 @@ def test_top_counts_refusals(rl):
     for _ in range(4):
         rl.hit(name, "alice")
     assert rl.top(policy=name) == [TopEntry(b"alice", 3, 0)]
+    rl.policy_delete(name)
+
+
+def test_hit_tells_a_shadow_refusal_and_a_ban(rl, r):
+    shadow = fresh("py-shadow").replace(":", "-")
+    r.execute_command("RL.POLICY", "SET", shadow, "m", "SLIDE", "5", "60000",
+                      "b", "TOKEN", "1", "60000", "SHADOW")
+    first, second = rl.hit(shadow, "alice"), rl.hit(shadow, "alice")
+    assert first.shadowed and first.would_refuse is None and len(first.parts) == 2
+    assert second.allowed and second.would_refuse == "b" and not second.parts[1].allowed
+    box = fresh("py-box").replace(":", "-")
+    r.execute_command("RL.POLICY", "SET", box, "PENALTY", "1", "60000", "60000",
+                      "m", "SLIDE", "1", "60000")
+    assert rl.hit(box, "bob").allowed
+    banned = rl.hit(box, "bob")
+    assert banned.banned and banned.refused_by == "PENALTY" and not banned.shadowed
+    assert banned.retry_after_ms == 60000 and not rl.hit(box, "carol").banned
+    for name in (shadow, box):
+        rl.policy_delete(name)
+    # The reply of a policy without shadow limiters reads as before.
+    assert Decision.from_reply([1, 1, 0, 0, 5, None, [1, 1, 0, 0, 5]]).would_refuse is None
+
+
+def test_the_middleware_gives_and_logs_a_shadow_refusal(rl, r, caplog):
+    name = fresh("py-mw").replace(":", "-")
+    r.execute_command("RL.POLICY", "SET", name, "b", "TOKEN", "1", "60000", "SHADOW")
+    seen = []
+
+    def app(environ, start_response):
+        seen.append(environ["ratelimit.decision"])
+        start_response("200 OK", [])
+        return [b"ok"]
+
+    mw = WSGIRateLimit(app, PolicyLimiter(rl, name, [Token(1, 60000, name="b")]), keyed("ip:"))
+    statuses = []
+    with caplog.at_level("INFO", logger="redis_ratelimit_client"):
+        for _ in range(2):
+            mw({"REMOTE_ADDR": "1.2.3.4"}, lambda status, hdrs, exc=None: statuses.append(status))
+    assert statuses == ["200 OK", "200 OK"]
+    assert [d.would_refuse for d in seen] == [None, "b"]
+    assert "shadow limiter b would refuse 'ip:1.2.3.4'" in caplog.text
     rl.policy_delete(name)
 
 

@@ -376,9 +376,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Shared<C> {
         fresh
     }
 
-    /// The decision for `key` and its headers: from the refusal cache, or one command.
-    async fn decide(&self, key: &str) -> crate::Result<(Decision, Vec<Header>)> {
+    /// The decision for `key`, its headers, and the policy's shadow limiter that would have
+    /// refused (if any): from the refusal cache, or one command.
+    async fn decide(&self, key: &str) -> crate::Result<(Decision, Vec<Header>, Option<String>)> {
         let remembered = self.cache.as_ref().and_then(|c| lock(c).check(key));
+        let mut would_refuse = None;
         let (overall, parts) = match remembered {
             Some(r) => r,
             None => {
@@ -386,6 +388,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Shared<C> {
                     Target::Limit { limit, .. } => (self.rl.decide(key, limit, 1).await?, vec![]),
                     Target::Policy { name } => {
                         let hit = self.rl.hit(name, key, 1).await?;
+                        would_refuse = hit.would_refuse;
                         (hit.overall, hit.parts)
                     }
                 };
@@ -402,8 +405,18 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Shared<C> {
                 multi_headers(&overall, &parts, &limiters)
             }
         };
-        Ok((overall, hdrs))
+        Ok((overall, hdrs, would_refuse))
     }
+}
+
+/// In an allowed request's extensions, under a policy with shadow limiters: the one that
+/// would have refused it, and the request's key (its subject).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShadowRefusal {
+    /// The shadow limiter's name in the policy.
+    pub limiter: String,
+    /// The request's key: the policy's subject.
+    pub key: String,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -446,8 +459,8 @@ where
                 Key::Found(k) => k,
                 Key::Missing(status, why) => return Ok(plain(status, why)),
             };
-            let req = Request::from_parts(parts, body);
-            let (d, hdrs) = match shared.decide(&key).await {
+            let mut req = Request::from_parts(parts, body);
+            let (d, hdrs, would_refuse) = match shared.decide(&key).await {
                 Ok(ok) => ok,
                 Err(_) => {
                     return match shared.fail {
@@ -471,6 +484,11 @@ where
             }
             if d.delay_ms() > 0 {
                 tokio::time::sleep(Duration::from_millis(d.delay_ms())).await;
+            }
+            // Under a policy with shadow limiters: which one would have refused, for the
+            // handler to log (`req.extensions().get::<ShadowRefusal>()`).
+            if let Some(limiter) = would_refuse {
+                req.extensions_mut().insert(ShadowRefusal { limiter, key });
             }
             let mut r = inner.call(req).await?;
             insert_headers(r.headers_mut(), &hdrs);

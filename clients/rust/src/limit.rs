@@ -358,7 +358,14 @@ const KINDS: [&str; 7] = [
 pub fn parse_policy(words: &[String]) -> Option<Vec<PolicyLimiter>> {
     let is_kind = |w: &str| KINDS.contains(&w.to_ascii_uppercase().as_str());
     let starts: Vec<usize> = (1..words.len()).filter(|&i| is_kind(&words[i])).collect();
-    if starts.first() != Some(&1) {
+    // Before the first limiter's name: the policy's clauses (`SHADOW`, `PENALTY ...`).
+    let first = *starts.first()?;
+    let clause = |w: &String| {
+        let w = w.to_ascii_uppercase();
+        ["SHADOW", "PENALTY", "MAX", "HORIZON"].contains(&w.as_str())
+            || w.starts_with(|c: char| c.is_ascii_digit())
+    };
+    if !words[..first - 1].iter().all(clause) {
         return None;
     }
     let mut out = Vec::new();
@@ -379,6 +386,8 @@ fn parse_limiter(name: &str, kind: &str, rest: &[String]) -> Option<PolicyLimite
             "BURST" => burst = Some(opts.next()?.parse().ok()?),
             "MAXDELAY" => max_delay = Some(opts.next()?.parse().ok()?),
             "ALIGN" => align = true,
+            // A shadow limiter's mark, after its words.
+            "SHADOW" => {}
             _ => return None,
         }
     }

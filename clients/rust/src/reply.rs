@@ -220,22 +220,52 @@ pub struct HitDecision {
     pub refused_by: Option<String>,
     /// Each limiter, in the policy's order (an `ACQUIRE` limiter's with its lease id).
     pub parts: Vec<Part>,
+    /// Under a policy with shadow limiters (`shadowed`), the one that would have refused:
+    /// `None` when none would. Log it while a new limit is tried.
+    pub would_refuse: Option<String>,
+    /// The policy has shadow limiters: its reply ends with `would_refuse`.
+    pub shadowed: bool,
+}
+
+impl HitDecision {
+    /// Refused by the policy's penalty box: banned for `retry_after_ms` more.
+    pub fn banned(&self) -> bool {
+        !self.overall.allowed && self.refused_by.as_deref() == Some("PENALTY")
+    }
+}
+
+/// A limiter's name in an RL.HIT reply, or nil.
+fn name_or_nil(v: &Value) -> Result<Option<String>, ParsingError> {
+    match v {
+        Value::Nil => Ok(None),
+        Value::BulkString(b) => Ok(Some(String::from_utf8_lossy(b).into_owned())),
+        Value::SimpleString(s) => Ok(Some(s.clone())),
+        other => Err(format!("a limiter's name, not {other:?}").into()),
+    }
 }
 
 impl FromRedisValue for HitDecision {
     fn from_redis_value(v: Value) -> Result<HitDecision, ParsingError> {
         match &v {
             Value::Array(items) if items.len() >= 7 => {
-                let refused_by = match &items[5] {
-                    Value::Nil => None,
-                    Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-                    Value::SimpleString(s) => Some(s.clone()),
-                    other => return Err(format!("a limiter's name, not {other:?}").into()),
-                };
+                let refused_by = name_or_nil(&items[5])?;
+                // Under shadow limiters, a name or nil ends the reply (the entries are arrays).
+                let mut entries = &items[6..];
+                let mut would_refuse = None;
+                let mut shadowed = false;
+                if let [rest @ .., last] = entries {
+                    if !matches!(last, Value::Array(_)) && !rest.is_empty() {
+                        would_refuse = name_or_nil(last)?;
+                        shadowed = true;
+                        entries = rest;
+                    }
+                }
                 Ok(HitDecision {
                     overall: Decision::from_fields(&items[..5])?,
                     refused_by,
-                    parts: parts(&items[6..])?,
+                    parts: parts(entries)?,
+                    would_refuse,
+                    shadowed,
                 })
             }
             other => Err(format!("not an RL.HIT reply: {other:?}").into()),

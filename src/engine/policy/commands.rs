@@ -15,7 +15,9 @@ use crate::core::kind::Reply;
 use crate::core::meta::{self, ArgKind, Info, Keys, Stats};
 use crate::core::policy::{hex, MAX_NAME};
 use crate::engine::{administrator, applying_decided};
-use crate::rm::api::{Answer, Arg, Count, Handler};
+use crate::kinds::penalty::Penalty;
+use crate::rm::api::{self, Answer, Arg, Count, Handler, OwnedString};
+use crate::rm::key::Key;
 
 const NAME: meta::Arg = meta::arg("name", ArgKind::String);
 
@@ -174,6 +176,62 @@ impl Handler for Del {
             crate::rm::server::replicate_verbatim(ctx);
         }
         ctx.reply(Ok(RedisValue::Integer(i64::from(gone))));
+        Ok(Answer::Written(true))
+    }
+}
+
+/// `RL.POLICY UNBAN policy subject`.
+pub struct Unban;
+
+static UNBAN_INFO: Info = Info {
+    name: "RL.POLICY|UNBAN",
+    event: c"rl.policy",
+    summary: "Lifts a subject's ban under a policy's PENALTY, and forgets its refusals and past bans: deletes the key policy||penalty|{subject} (as DEL of it does). 1, or 0 when there was none",
+    complexity: "O(1)",
+    arity: 4,
+    keys: Keys::Third,
+    flags: "write fast",
+    categories: "write fast",
+    own_category: true,
+    args: &[
+        NAME,
+        meta::Arg {
+            name: "subject",
+            kind: ArgKind::Key,
+            token: None,
+            optional: false,
+            multiple: false,
+            sub: &[],
+        },
+    ],
+    stats: Stats::new(),
+};
+
+impl Handler for Unban {
+    const INFO: &'static Info = &UNBAN_INFO;
+
+    fn counters() -> Option<&'static dyn Count> {
+        None
+    }
+
+    fn run(ctx: &Context, args: &[Arg]) -> Result<Answer, Error> {
+        let (Some(name), Some(subject)) = (args.get(2), args.get(3)) else {
+            return Err(Error::Arity);
+        };
+        let mut key = crate::core::policy::Key::new();
+        let (name, subject) = (name.as_bytes(), subject.as_bytes());
+        crate::core::policy::key_for(name, b"", b"penalty", subject, &mut key)?;
+        let owned = OwnedString::new(ctx, key.as_bytes()).ok_or(Error::Internal("RL.POLICY"))?;
+        let mut k = Key::open(ctx, owned.arg(), true);
+        let held = k.state::<Penalty>()?.is_some();
+        if held {
+            k.delete();
+            k.signal_modified();
+            k.notify_deleted();
+            drop(k);
+            api::replicate_del(ctx, owned.arg());
+        }
+        ctx.reply(Ok(RedisValue::Integer(i64::from(held))));
         Ok(Answer::Written(true))
     }
 }

@@ -10,12 +10,18 @@ use smallvec::SmallVec;
 use super::{policy, Member, Policy};
 use crate::core::args::{self, lossy, Value};
 use crate::core::error::Error;
-use crate::core::kind::{Mode, Reply};
+use crate::core::kind::{Clock, Mode, RateCall, Reply};
+use crate::core::limit::Limit;
 use crate::core::meta::{self, ArgKind, Info, Keys, Stats};
 use crate::core::policy as def;
-use crate::engine::limiters::{self as all, Frames, OnKey};
+use crate::core::{Decision, Wait};
+use crate::engine::call::run_at;
+use crate::engine::limiters::{self as all, Frames, OnKey, Shadow};
+use crate::engine::rate::RateCommand;
 use crate::engine::{clock, top};
+use crate::kinds::penalty::Penalty;
 use crate::rm::api::{self, Answer, Arg, Count, Handler, OwnedString, ALL_INLINE};
+use crate::rm::key::Key;
 
 /// `RL.HIT policy subject [COST n] [NOW ms]`.
 pub struct Hit;
@@ -86,14 +92,28 @@ impl Handler for Hit {
         };
         let subject = subject.as_bytes();
         match hit(ctx, &policy, members, subject, cost, now) {
-            Ok(true) => {
-                policy.allowed.fetch_add(1, Relaxed);
-                Ok(Answer::Written(true))
-            }
-            Ok(false) => {
-                policy.refused.fetch_add(1, Relaxed);
-                top::record(&policy.top, subject);
-                Ok(Answer::Written(false))
+            Ok(hit) => {
+                if hit.would_refuse != Shadow::NONE {
+                    policy.would_have_refused(hit.would_refuse);
+                    top::record(&policy.shadow_top, subject);
+                }
+                match hit.ban {
+                    Ban::None => {}
+                    Ban::Refused => {
+                        policy.banned.fetch_add(1, Relaxed);
+                    }
+                    Ban::Started => {
+                        policy.bans.fetch_add(1, Relaxed);
+                        top::record(&policy.ban_top, subject);
+                    }
+                }
+                if hit.allowed {
+                    policy.allowed.fetch_add(1, Relaxed);
+                } else {
+                    policy.refused.fetch_add(1, Relaxed);
+                    top::record(&policy.top, subject);
+                }
+                Ok(Answer::Written(hit.allowed))
             }
             Err(e) => {
                 policy.errors.fetch_add(1, Relaxed);
@@ -103,7 +123,31 @@ impl Handler for Hit {
     }
 }
 
-/// Decides a hit of `cost` on the subject's keys and replies: whether it was allowed.
+/// What a hit decided: whether it was allowed, the shadow limiters that would have refused
+/// it, and what the policy's penalty did.
+struct Decided {
+    allowed: bool,
+    would_refuse: Shadow,
+    ban: Ban,
+}
+
+/// What a policy's penalty did to a hit.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ban {
+    /// Nothing: not banned (or no penalty).
+    None,
+    /// Refused it: the subject was banned.
+    Refused,
+    /// Started a ban: the hit was refused, and its refusal was the last the ban takes.
+    Started,
+}
+
+/// The name a hit refused by a policy's penalty gives as the refusing limiter's.
+const PENALTY: &[u8] = b"PENALTY";
+
+/// Decides a hit of `cost` on the subject's keys, and replies; under a policy with a
+/// penalty, a banned subject is refused without charging any limiter (each answers its
+/// state with `COST 0`), and a hit the enforced limiters refuse counts against it.
 fn hit(
     ctx: &Context,
     policy: &Policy,
@@ -111,7 +155,7 @@ fn hit(
     subject: &[u8],
     cost: u64,
     now: Option<crate::core::Instant>,
-) -> Result<bool, Error> {
+) -> Result<Decided, Error> {
     let tagged = def::check_subject(subject)?;
     let mut owned: SmallVec<[OwnedString; ALL_INLINE]> = SmallVec::new();
     let mut key = def::Key::new();
@@ -122,8 +166,70 @@ fn hit(
         owned.push(OwnedString::new(ctx, key.as_bytes()).ok_or(Error::Internal("RL.HIT"))?);
     }
     let clock = clock(ctx, now, Mode::Decide)?;
+    let Some(penalty) = policy.penalty else {
+        return decide(ctx, policy, members, &owned, cost, clock, |_| None);
+    };
+    // The penalty's key: `policy||penalty|{subject}` (no limiter has an empty name).
+    key.clear();
+    def::write_key(
+        policy.name.as_bytes(),
+        b"",
+        b"penalty",
+        subject,
+        tagged,
+        &mut key,
+    );
+    let ban_key = OwnedString::new(ctx, key.as_bytes()).ok_or(Error::Internal("RL.HIT"))?;
+    let banned = |ctx: &Context| -> Result<Option<Decision>, Error> {
+        let mut k = Key::open(ctx, ban_key.arg(), false);
+        let held = k.state::<Penalty>()?;
+        Ok(held
+            .filter(|s| s.banned(clock.caller))
+            .map(|s| s.evaluate(clock.caller, &penalty, 0)))
+    };
+    if let Some(ban) = banned(ctx)? {
+        let mut got = decide(ctx, policy, members, &owned, 0, clock, |_| Some(ban))?;
+        got.ban = Ban::Refused;
+        return Ok(got);
+    }
+    let mut started = false;
+    let mut got = decide(ctx, policy, members, &owned, cost, clock, |d| {
+        if d.allowed || cost == 0 {
+            return None;
+        }
+        // A refusal counts against the subject: recorded, replicated and expiring as an
+        // `RL.PENALTY` call of its own would be.
+        let strike = RateCall {
+            params: penalty,
+            cost: 1,
+            now: None,
+        };
+        let ran = run_at::<RateCommand<Penalty>>(ctx, ban_key.arg(), &strike, clock, Mode::Decide);
+        let ban = ran.ok().and_then(|_| banned(ctx).ok().flatten());
+        started = ban.is_some();
+        ban
+    })?;
+    if started {
+        got.ban = Ban::Started;
+    }
+    Ok(got)
+}
+
+/// Decides a hit of `cost` at `clock` on the keys `owned` (the members', in order), and
+/// replies. `ban`, given the hit's five fields, may answer a ban instead (its fields, and
+/// the penalty as the refusing limiter).
+#[inline(always)]
+fn decide(
+    ctx: &Context,
+    policy: &Policy,
+    members: &[Member],
+    owned: &[OwnedString],
+    cost: u64,
+    clock: Clock,
+    ban: impl FnOnce(&Decision) -> Option<Decision>,
+) -> Result<Decided, Error> {
     // A policy of one limiter runs it as its own command would.
-    if let ([m], [name]) = (members, owned.as_slice()) {
+    if let ([m], [name]) = (members, owned) {
         if let Some(ran) = m.prepared.alone(ctx, name.arg(), cost, clock) {
             let reply = ran.map_err(|e| Error::for_key(name.arg().as_bytes(), e))?;
             let d = match &reply {
@@ -133,9 +239,38 @@ fn hit(
             if d.allowed {
                 policy.took(0, m.prepared.cost(cost));
             }
-            let refused_by = (!d.allowed).then_some(&m.name[..]);
-            api::reply_hit(ctx, &d, refused_by, std::slice::from_ref(&reply));
-            return Ok(d.allowed);
+            let refusal = (!d.allowed).then_some(&m.name[..]);
+            let each = std::slice::from_ref(&reply);
+            if m.shadow {
+                // Its refusal is only told: the hit is allowed, with its fields as if it
+                // had allowed (as a policy whose limiters are all shadow ones answers).
+                let as_allowed = Decision {
+                    allowed: true,
+                    retry_after: Wait::None,
+                    ..d
+                };
+                let would_refuse = Shadow(u16::from(!d.allowed));
+                let (d, by) = match ban(&as_allowed) {
+                    Some(ban) => (ban, Some(PENALTY)),
+                    None => (as_allowed, None),
+                };
+                api::reply_hit(ctx, &d, by, each, Some(refusal));
+                return Ok(Decided {
+                    allowed: d.allowed,
+                    would_refuse,
+                    ban: Ban::None,
+                });
+            }
+            let (d, refusal) = match ban(&d) {
+                Some(ban) => (ban, Some(PENALTY)),
+                None => (d, refusal),
+            };
+            api::reply_hit(ctx, &d, refusal, each, None);
+            return Ok(Decided {
+                allowed: d.allowed,
+                would_refuse: Shadow::NONE,
+                ban: Ban::None,
+            });
         }
     }
     let names: SmallVec<[Arg; ALL_INLINE]> = owned.iter().map(OwnedString::arg).collect();
@@ -144,16 +279,23 @@ fn hit(
     for m in members {
         limiters.push(m.prepared.spawn(&frames, cost));
     }
-    let outcome = all::run_limiters(ctx, &mut limiters, &names, clock)?;
+    let outcome = all::run_limiters(ctx, &mut limiters, &names, clock, policy.shadow)?;
     for (i, (l, c)) in limiters.iter().zip(&outcome.committed).enumerate() {
         if c.is_some() {
             policy.took(i, l.cost());
         }
     }
-    let refused_by = outcome
-        .refused_by
-        .and_then(|i| members.get(i))
-        .map(|m| &m.name[..]);
-    api::reply_hit(ctx, &outcome.decision, refused_by, &outcome.entries);
-    Ok(outcome.decision.allowed)
+    drop(limiters);
+    let name = |i: Option<usize>| i.and_then(|i| members.get(i)).map(|m| &m.name[..]);
+    let shadow = (policy.shadow != Shadow::NONE).then(|| name(outcome.would_refuse));
+    let (d, refused_by) = match ban(&outcome.decision) {
+        Some(ban) => (ban, Some(PENALTY)),
+        None => (outcome.decision, name(outcome.refused_by)),
+    };
+    api::reply_hit(ctx, &d, refused_by, &outcome.entries, shadow);
+    Ok(Decided {
+        allowed: d.allowed,
+        would_refuse: outcome.shadow_refusals,
+        ban: Ban::None,
+    })
 }

@@ -31,14 +31,33 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 
-use super::limiters::{self as all, Prepared, ALL_MAX_KEYS};
+use super::limiters::{self as all, Prepared, Shadow, ALL_MAX_KEYS};
 
 /// The most limiters a policy has: as many as `RL.ALL` takes keys.
 const MAX_LIMITERS: usize = ALL_MAX_KEYS as usize;
+
+/// What marks a shadow limiter (after its words), or every limiter (before the first).
+const SHADOW: &[u8] = b"SHADOW";
+/// What starts a policy's penalty clause (before the first limiter).
+const PENALTY: &[u8] = b"PENALTY";
+
+/// Whether `word` is a word of the policy grammar between limiters (what a new limiter
+/// may not be named).
+fn policy_word(word: &[u8]) -> bool {
+    word.eq_ignore_ascii_case(SHADOW) || word.eq_ignore_ascii_case(PENALTY)
+}
+
+/// A policy's definition, parsed: its limiters, and its penalty clause, if any.
+struct Definition {
+    members: Vec<Member>,
+    penalty: Option<penalty::Params>,
+}
 use super::top as sketch;
 use crate::core::args::lossy;
 use crate::core::error::Error;
+use crate::core::kind::Rate;
 use crate::core::policy::{self as def, Name, Words, MAX_POLICIES, MAX_WORD, MAX_WORDS};
+use crate::kinds::penalty::{self, Penalty};
 use crate::rm::datatype::Aux;
 
 /// One limiter of a policy: its name (in its keys), its kind's keyword (in its keys too),
@@ -47,6 +66,8 @@ struct Member {
     name: Box<[u8]>,
     kind: &'static str,
     prepared: Box<dyn Prepared>,
+    /// A shadow limiter (`SHADOW`): it never refuses a hit (see `limiters::Shadow`).
+    shadow: bool,
 }
 
 /// A policy: its definition, and what it counts (`INFO ratelimit`) and who it refuses
@@ -66,6 +87,20 @@ pub struct Policy {
     limiters: usize,
     /// Made at the first refusal.
     top: sketch::Shared,
+    /// Its shadow limiters (none for most policies).
+    shadow: Shadow,
+    /// Hits a shadow limiter would have refused (allowed or not by the enforced ones), and
+    /// how many each shadow limiter would have refused, in the limiters' order.
+    would_refuse: AtomicU64,
+    shadow_refused: [AtomicU64; MAX_LIMITERS],
+    /// Who the shadow limiters would refuse, for `RL.TOP ... SHADOW`: made at the first.
+    shadow_top: sketch::Shared,
+    /// Its penalty clause (`PENALTY`), if any; the bans it started, the hits it refused
+    /// (banned), and who it banned most, for `RL.TOP ... BANNED`.
+    penalty: Option<penalty::Params>,
+    bans: AtomicU64,
+    banned: AtomicU64,
+    ban_top: sketch::Shared,
     /// Its definition as written: what `RL.POLICY GET` answers and the RDB keeps.
     words: Words,
     /// Its limiters; why not, for a definition a load could not read (kept as it was).
@@ -85,6 +120,26 @@ impl Policy {
         &self.top
     }
 
+    /// The sketch of who its shadow limiters would refuse, for `RL.TOP ... SHADOW`.
+    pub fn shadow_top(&self) -> &sketch::Shared {
+        &self.shadow_top
+    }
+
+    /// The sketch of who its penalty banned, for `RL.TOP ... BANNED`.
+    pub fn ban_top(&self) -> &sketch::Shared {
+        &self.ban_top
+    }
+
+    /// Counts a hit that the shadow limiters `which` would have refused.
+    fn would_have_refused(&self, which: Shadow) {
+        self.would_refuse.fetch_add(1, Relaxed);
+        for (i, n) in self.shadow_refused.iter().enumerate() {
+            if which.has(i) {
+                n.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
     /// Takes over what `before`, the policy this one replaces, counted: its calls, its
     /// sketch, and each limiter's units by name.
     fn take_over(&mut self, before: &Policy) {
@@ -92,26 +147,35 @@ impl Policy {
             (&self.allowed, &before.allowed),
             (&self.refused, &before.refused),
             (&self.errors, &before.errors),
+            (&self.would_refuse, &before.would_refuse),
+            (&self.bans, &before.bans),
+            (&self.banned, &before.banned),
         ] {
             mine.store(theirs.load(Relaxed), Relaxed);
         }
         if let (Ok(members), Ok(old)) = (&self.members, &before.members) {
-            for (m, units) in members.iter().zip(self.units.iter()) {
-                let theirs = old
-                    .iter()
-                    .position(|o| o.name == m.name)
-                    .and_then(|j| before.units.get(j));
-                if let Some(u) = theirs {
-                    units.store(u.load(Relaxed), Relaxed);
+            for (i, m) in members.iter().enumerate() {
+                let Some(j) = old.iter().position(|o| o.name == m.name) else {
+                    continue;
+                };
+                for counts in [
+                    (&self.units, &before.units),
+                    (&self.shadow_refused, &before.shadow_refused),
+                ] {
+                    if let (Some(mine), Some(theirs)) = (counts.0.get(i), counts.1.get(j)) {
+                        mine.store(theirs.load(Relaxed), Relaxed);
+                    }
                 }
             }
         }
-        let sketch = before
-            .top
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        *self.top.lock().unwrap_or_else(PoisonError::into_inner) = sketch;
+        for (mine, theirs) in [
+            (&self.top, &before.top),
+            (&self.shadow_top, &before.shadow_top),
+            (&self.ban_top, &before.ban_top),
+        ] {
+            let sketch = theirs.lock().unwrap_or_else(PoisonError::into_inner).take();
+            *mine.lock().unwrap_or_else(PoisonError::into_inner) = sketch;
+        }
     }
 }
 
@@ -157,16 +221,44 @@ pub fn named(name: &[u8]) -> Result<Arc<Policy>, Error> {
 /// `tests/it/against_the_server.rs` (`policies_at_the_caps_stay_within_their_bounds`).
 pub const MAX_BYTES: usize = 24 * 1024 * 1024;
 
-/// Parses a definition: `name KIND words... [name KIND words...]`, each limiter in
-/// `RL.ALL`'s grammar after its name. An error names the limiter at fault. `strict` for a
+/// Parses a definition: `[SHADOW] name KIND words... [SHADOW] [name KIND words... [SHADOW]]`,
+/// each limiter in `RL.ALL`'s grammar after its name, `SHADOW` after one making it a shadow
+/// limiter, and before the first making every one so. An error names the limiter at fault. `strict` for a
 /// client's new definition: a limiter's name must also start with a letter and not be a
 /// word of the grammar (a definition made before that rule loads as it was).
-fn define(words: &[&[u8]], strict: bool) -> Result<Vec<Member>, Error> {
+fn define(words: &[&[u8]], strict: bool) -> Result<Definition, Error> {
     if words.len() > MAX_WORDS {
         return Err(Error::Invalid("a policy takes at most 256 words"));
     }
     let mut members: Vec<Member> = Vec::new();
+    // A clause's keyword: followed by a kind, the word is a limiter's name instead (as a
+    // definition made before the clause existed may have it).
+    let clause = |at: usize, keyword: &[u8]| {
+        words
+            .get(at)
+            .is_some_and(|w| w.eq_ignore_ascii_case(keyword))
+            && words.get(at + 1).and_then(|w| all::spec_named(w)).is_none()
+    };
+    let marked = |at: usize| clause(at, SHADOW);
+    // Before the first limiter, in any order, each at most once: `SHADOW` (every limiter
+    // is a shadow one) and the penalty clause.
+    let (mut all_shadow, mut penalty) = (false, None);
     let mut at = 0;
+    loop {
+        if !all_shadow && marked(at) {
+            all_shadow = true;
+            at += 1;
+        } else if penalty.is_none() && clause(at, PENALTY) {
+            let rest = words.get(at + 1..).unwrap_or_default();
+            let own = rest
+                .get(..Penalty::GRAMMAR.extent(rest))
+                .unwrap_or_default();
+            penalty = Some(penalty_clause(own)?);
+            at += 1 + own.len();
+        } else {
+            break;
+        }
+    }
     while let Some(&name) = words.get(at) {
         if name.eq_ignore_ascii_case(b"NOW") {
             return Err(Error::Invalid(
@@ -190,7 +282,7 @@ fn define(words: &[&[u8]], strict: bool) -> Result<Vec<Member>, Error> {
             name,
         )?;
         if strict {
-            def::check_new_limiter_name(name, all::reserved)?;
+            def::check_new_limiter_name(name, |w| all::reserved(w) || policy_word(w))?;
         }
         if members
             .iter()
@@ -229,17 +321,34 @@ fn define(words: &[&[u8]], strict: bool) -> Result<Vec<Member>, Error> {
             ));
         }
         let prepared = (spec.prepare)(own).map_err(|e| Error::for_limiter(name, e))?;
+        at += 2 + extent;
+        // `SHADOW` after a limiter's words: that one is a shadow limiter.
+        let shadow = marked(at);
+        at += usize::from(shadow);
         members.push(Member {
             name: name.into(),
             kind: spec.keyword,
             prepared,
+            shadow: shadow || all_shadow,
         });
-        at += 2 + extent;
     }
     if members.is_empty() {
         return Err(Error::Arity);
     }
-    Ok(members)
+    Ok(Definition { members, penalty })
+}
+
+/// A penalty clause's words after `PENALTY`: `refusals window_ms ban_ms [MAX ms] [HORIZON
+/// ms]`, as `RL.PENALTY` takes them (each hit the enforced limiters refuse counts one).
+fn penalty_clause(words: &[&[u8]]) -> Result<penalty::Params, Error> {
+    let in_clause = |e: Error| Error::for_limiter(PENALTY, e);
+    if Penalty::GRAMMAR.gives(words, "COST") {
+        return Err(in_clause(Error::Invalid(
+            "a policy's penalty counts one refusal per refused hit: no COST",
+        )));
+    }
+    let call = Penalty::parse(words).map_err(in_clause)?;
+    Ok(call.params)
 }
 
 /// Makes a policy (for `RL.POLICY SET` and a load alike: the one way in), taking over what
@@ -254,8 +363,8 @@ fn make(
         "a policy's name is 1 to 64 letters, digits and _ - . :",
         name,
     )?;
-    let members = define(words, strict)?;
-    let mut policy = unread(name, Words::new(words.iter().copied()), Ok(members))?;
+    let definition = define(words, strict)?;
+    let mut policy = unread(name, Words::new(words.iter().copied()), Ok(definition))?;
     if let Some(before) = previous {
         policy.take_over(before);
     }
@@ -266,12 +375,23 @@ fn make(
 fn unread(
     name: &[u8],
     words: Words,
-    members: Result<Vec<Member>, String>,
+    definition: Result<Definition, String>,
 ) -> Result<Policy, Error> {
     let Some(name) = Name::new(name) else {
         return Err(Error::Internal("a policy name over 64 bytes"));
     };
+    let penalty = definition.as_ref().ok().and_then(|d| d.penalty);
+    let members = definition.map(|d| d.members);
     let limiters = members.as_ref().map_or(0, Vec::len);
+    let shadow = members.as_ref().map_or(Shadow::NONE, |members| {
+        Shadow(
+            members
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| m.shadow)
+                .fold(0, |mask, (i, _)| mask | 1 << i),
+        )
+    });
     Ok(Policy {
         name,
         digest: def::digest(words.iter()),
@@ -281,6 +401,14 @@ fn unread(
         units: Default::default(),
         limiters,
         top: sketch::Shared::default(),
+        shadow,
+        would_refuse: AtomicU64::new(0),
+        shadow_refused: Default::default(),
+        shadow_top: sketch::Shared::default(),
+        penalty,
+        bans: AtomicU64::new(0),
+        banned: AtomicU64::new(0),
+        ban_top: sketch::Shared::default(),
         words,
         members: members.map(Vec::into_boxed_slice),
     })
@@ -404,6 +532,12 @@ pub fn each_figures(mut f: impl FnMut(&Figures<'_>)) {
             refused: p.refused.load(Relaxed),
             errors: p.errors.load(Relaxed),
             units: p.units.get(..p.limiters).unwrap_or_default(),
+            shadow: p.shadow,
+            penalty: p.penalty.is_some(),
+            bans: p.bans.load(Relaxed),
+            banned: p.banned.load(Relaxed),
+            would_refuse: p.would_refuse.load(Relaxed),
+            shadow_refused: p.shadow_refused.get(..p.limiters).unwrap_or_default(),
         });
     }
 }
@@ -422,11 +556,27 @@ pub struct Figures<'p> {
     pub refused: u64,
     pub errors: u64,
     units: &'p [AtomicU64],
+    /// Its shadow limiters, and the hits they would have refused.
+    pub shadow: Shadow,
+    /// It has a penalty; the bans it started, and the hits refused by a ban.
+    pub penalty: bool,
+    pub bans: u64,
+    pub banned: u64,
+    pub would_refuse: u64,
+    shadow_refused: &'p [AtomicU64],
 }
 
 impl Figures<'_> {
     /// The units each limiter took, in the definition's order.
     pub fn units(&self) -> impl Iterator<Item = u64> + '_ {
         self.units.iter().map(|u| u.load(Relaxed))
+    }
+
+    /// The hits each shadow limiter would have refused, in the definition's order (`None`
+    /// for an enforced one).
+    pub fn shadow_refused(&self) -> impl Iterator<Item = Option<u64>> + '_ {
+        let shadow = self.shadow;
+        (self.shadow_refused.iter().enumerate())
+            .map(move |(i, n)| shadow.has(i).then(|| n.load(Relaxed)))
     }
 }

@@ -7,6 +7,7 @@
 pub mod cluster;
 pub mod durability;
 pub mod leases;
+pub mod policy;
 pub mod roundtrip;
 
 use std::net::TcpListener;

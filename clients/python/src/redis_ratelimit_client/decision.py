@@ -40,8 +40,12 @@ class Decision:
     ``parts`` holds RL.ALL's and RL.HIT's entries, one per limiter in key (or policy)
     order, each a Decision; ``lease_id`` is RL.ACQUIRE's lease (also in an ACQUIRE entry of
     RL.ALL or RL.HIT), None when none was granted; ``refused_by`` is RL.HIT's refusing
-    limiter, None when allowed. Lease ids come back as the redis client returns strings
-    (``bytes``, or ``str`` with ``decode_responses=True``): an ``ID`` may be any bytes.
+    limiter, None when allowed (``"PENALTY"`` when the policy's penalty box refused it: see
+    ``banned``). Under a policy with shadow limiters, ``shadowed`` is True and
+    ``would_refuse`` names the shadow limiter that would have refused (None when none would):
+    log it while a new limit is tried. Lease ids come back as the redis client returns
+    strings (``bytes``, or ``str`` with ``decode_responses=True``): an ``ID`` may be any
+    bytes.
     """
 
     allowed: bool
@@ -57,6 +61,8 @@ class Decision:
     parts: Tuple["Decision", ...] = ()
     lease_id: Optional[Text] = None
     refused_by: Optional[str] = None
+    would_refuse: Optional[str] = None
+    shadowed: bool = False
 
     @classmethod
     def from_reply(cls, reply: Any) -> Optional["Decision"]:
@@ -77,6 +83,8 @@ class Decision:
             raise _shape_error(reply)
         lease_id: Optional[Text] = None
         refused_by: Optional[str] = None
+        would_refuse: Optional[str] = None
+        shadowed = False
         parts: Tuple[Decision, ...] = ()
         if len(rest) == 1 and not _is_array(rest[0]):
             # RL.ACQUIRE: the lease id, nil when refused.
@@ -90,6 +98,14 @@ class Decision:
                     raise _shape_error(reply)
                 refused_by = None if rest[0] is None else _text(rest[0])
                 rest = rest[1:]
+                # Under shadow limiters: the one that would have refused, last (not an
+                # array, which tells it from the entries).
+                if len(rest) > 1 and not _is_array(rest[-1]):
+                    last = rest.pop()
+                    if last is not None and not isinstance(last, (bytes, str)):
+                        raise _shape_error(reply, "an RL.HIT reply")
+                    would_refuse = None if last is None else _text(last)
+                    shadowed = True
                 if not rest:
                     raise _shape_error(reply, "an RL.HIT reply")
             entries = []
@@ -100,7 +116,24 @@ class Decision:
             parts = tuple(e for e in entries if e is not None)
             if len(parts) != len(entries):
                 raise _shape_error(reply, "an RL.ALL or RL.HIT reply")
-        return cls(allowed == 1, limit, remaining, retry, reset, parts, lease_id, refused_by)
+        return cls(
+            allowed == 1,
+            limit,
+            remaining,
+            retry,
+            reset,
+            parts,
+            lease_id,
+            refused_by,
+            would_refuse,
+            shadowed,
+        )
+
+    @property
+    def banned(self) -> bool:
+        """Refused by a policy's penalty box (RL.HIT): the subject is banned for
+        ``retry_after_ms`` more."""
+        return not self.allowed and self.refused_by == "PENALTY"
 
     @property
     def never(self) -> bool:

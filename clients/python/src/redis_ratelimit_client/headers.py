@@ -76,3 +76,9 @@ def headers_all(d: Decision, specs: Sequence[Spec]) -> List[Header]:
         ("RateLimit", ", ".join(_current_item(p, s) for p, s in zip(d.parts, specs))),
         *_retry_after(d),
     ]
+
+
+def headers_plain(d: Decision) -> List[Header]:
+    """The headers the five fields alone make, when the limiters are not known (a policy
+    held by the server): the ``X-`` trio and ``Retry-After``."""
+    return [*_legacy(d), *_retry_after(d)]

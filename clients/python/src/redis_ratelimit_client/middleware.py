@@ -12,13 +12,14 @@ docs/clients.md and wait RL.LEAKY's delay before the request goes on.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .client import AsyncRateLimit, Key, RateLimit
 from .decision import Decision
-from .headers import Header, headers
+from .headers import Header, headers, headers_all, headers_plain
 from .specs import Spec
 
 
@@ -160,6 +161,34 @@ class AsyncLimiter:
         return await self.rl.charge(key, cost)
 
 
+#: Where the middlewares log what a policy's shadow limiter would have refused (INFO).
+log = logging.getLogger("redis_ratelimit_client")
+
+
+def _tell(d: Decision, key: Key) -> None:
+    """Logs a shadow limiter's refusal (RL.HIT under a policy with ``SHADOW``)."""
+    if d.would_refuse is not None:
+        log.info("shadow limiter %s would refuse %r", d.would_refuse, key)
+
+
+class PolicyLimiter:
+    """A policy the server keeps (``RL.HIT policy subject``), for the middlewares as a
+    ``Limiter``: ``specs`` are its limiters in the policy's order, for the headers (one
+    ``RateLimit`` item each); without them, the ``X-`` headers and ``Retry-After`` only."""
+
+    def __init__(self, client: Any, policy: str, specs: Sequence[Spec] = ()) -> None:
+        self.rl = client if isinstance(client, RateLimit) else RateLimit(client)
+        self.policy, self.specs = policy, tuple(specs)
+
+    def hit(self, key: Key, cost: Optional[int] = None) -> Decision:
+        return self.rl.hit(self.policy, key, cost=cost)
+
+    def headers(self, d: Decision) -> List[Header]:
+        if self.specs:
+            return headers_all(d, self.specs)
+        return headers_plain(d)
+
+
 def _refusal_body(d: Decision) -> bytes:
     if d.never:
         return b"request larger than the rate limit allows\n"
@@ -168,7 +197,8 @@ def _refusal_body(d: Decision) -> bytes:
 
 class WSGIRateLimit:
     """WSGI middleware: one limiter call per request, its headers on every response, 429
-    when refused, RL.LEAKY's delay waited before the request goes on."""
+    when refused, RL.LEAKY's delay waited before the request goes on. The decision is in
+    ``environ["ratelimit.decision"]``; a shadow limiter's refusal is logged (``log``)."""
 
     def __init__(
         self,
@@ -180,7 +210,11 @@ class WSGIRateLimit:
         self.app, self.limiter, self.key, self.cost = app, limiter, key, cost
 
     def __call__(self, environ: dict, start_response: Callable) -> Any:
-        d = self.limiter.hit(self.key(environ), self.cost(environ))
+        key = self.key(environ)
+        d = self.limiter.hit(key, self.cost(environ))
+        # The decision, for the application (its would_refuse, its parts), and its log.
+        environ["ratelimit.decision"] = d
+        _tell(d, key)
         hdrs = self.limiter.headers(d)
         if not d.allowed:
             start_response("429 Too Many Requests", [("Content-Type", "text/plain")] + hdrs)
@@ -210,7 +244,11 @@ class ASGIRateLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        d = await self.limiter.hit(self.key(scope), self.cost(scope))
+        key = self.key(scope)
+        d = await self.limiter.hit(key, self.cost(scope))
+        # The decision, for the application (Starlette's request.state.ratelimit), and its log.
+        scope.setdefault("state", {})["ratelimit"] = d
+        _tell(d, key)
         hdrs = [(k.lower().encode(), v.encode()) for k, v in self.limiter.headers(d)]
         if not d.allowed:
             start = {

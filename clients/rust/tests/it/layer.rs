@@ -309,3 +309,56 @@ async fn fails_open_or_closed_as_told() {
         StatusCode::SERVICE_UNAVAILABLE
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_with_a_shadow_limiter_tells_the_handler_and_keeps_its_headers() {
+    use redis_ratelimit_client::layer::ShadowRefusal;
+    let server = Server::start();
+    let policy = fresh("shadow").replace(':', "-");
+    let mut direct = server.client().get_connection().unwrap();
+    let words = "PENALTY 3 60000 1000 m SLIDE 5 60000 b TOKEN 1 60000 SHADOW";
+    let _: () = redis::cmd("RL.POLICY")
+        .arg("SET")
+        .arg(&policy)
+        .arg(words.split(' ').collect::<Vec<_>>())
+        .query(&mut direct)
+        .unwrap();
+    let layer = RateLimitLayer::policy(rl(&server).await, &policy);
+    let router = Router::new()
+        .route(
+            "/",
+            get(|req: axum::extract::Request| async move {
+                match req.extensions().get::<ShadowRefusal>() {
+                    Some(s) => format!("would refuse: {}\n", s.limiter),
+                    None => "ok\n".to_string(),
+                }
+            }),
+        )
+        .layer(layer);
+    let addr = serve(router).await;
+    let client = http();
+    let mut bodies = Vec::new();
+    for _ in 0..2 {
+        let resp = client
+            .request(
+                http::Request::get(format!("http://{addr}/"))
+                    .body(Empty::new())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        // The headers name both limiters (the policy's words read back, clauses and all).
+        let policy_header = h(resp.headers(), "ratelimit-policy")
+            .unwrap_or("")
+            .to_string();
+        assert!(
+            policy_header.contains("\"m\"") && policy_header.contains("\"b\""),
+            "{policy_header}"
+        );
+        use http_body_util::BodyExt;
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        bodies.push(String::from_utf8_lossy(&body).into_owned());
+    }
+    assert_eq!(bodies, ["ok\n", "would refuse: b\n"]);
+}

@@ -31,6 +31,7 @@ from redis_ratelimit_client import (  # noqa: F401  (the names this example has 
     AsyncRateLimit,
     Decision,
     Limiter,
+    PolicyLimiter,
     RateLimit,
     RefusalCache,
     Spec,

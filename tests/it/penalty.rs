@@ -227,3 +227,43 @@ fn replicas_reloads_and_restarts_keep_the_bans(server: Server) {
     let h = hit(&mut c, &format!("RL.HIT p u NOW {}", t + 20));
     assert_eq!(h.refused_by.as_deref(), Some("PENALTY"), "{h:?}");
 }
+
+#[test]
+fn the_aof_and_its_rewrite_keep_bans_and_shadow_policies() {
+    let mut s = Server::start(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
+    let mut c = s.conn();
+    ok(
+        &mut c,
+        "RL.POLICY SET p PENALTY 2 60000 60000 MAX 240000 a TOKEN 1 60000 b SLIDE 1 60000 SHADOW",
+    );
+    let t = unix_ms();
+    for i in 0..4 {
+        hit(&mut c, &format!("RL.HIT p u NOW {}", t + i));
+    }
+    let keys = ["p||penalty|{u}", "p|a|token|{u}", "p|b|slide|{u}"];
+    let state = |c: &mut Connection| -> Vec<String> {
+        let mut v: Vec<String> = keys.iter().map(|k| digest(c, k)).collect();
+        v.push(text(c, &["DEBUG", "DIGEST"]));
+        v
+    };
+    let before = state(&mut c);
+    assert_eq!(int(&mut c, &["EXISTS", keys[0]]), 1, "banned");
+    // From the AOF's commands (each an effect), then from a rewrite without an RDB preamble
+    // (RL.RESTORE of each key, the policy with the first key).
+    s.crash_and_restart();
+    let mut c = s.conn();
+    assert_eq!(state(&mut c), before);
+    let rewriting = |c: &mut Connection| {
+        let info = text(c, &["INFO", "persistence"]);
+        !(info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0"))
+    };
+    wait_until("no AOF rewrite", 30, || !rewriting(&mut c));
+    line(&mut c, "BGREWRITEAOF").unwrap();
+    wait_until("the AOF rewrite", 30, || !rewriting(&mut c));
+    s.crash_and_restart();
+    let mut c = s.conn();
+    assert_eq!(state(&mut c), before);
+    let words: Vec<String> =
+        redis::from_redis_value(&line(&mut c, "RL.POLICY GET p").unwrap()).unwrap();
+    assert_eq!(words.first().map(String::as_str), Some("PENALTY"));
+}

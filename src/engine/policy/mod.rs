@@ -215,11 +215,12 @@ pub fn named(name: &[u8]) -> Result<Arc<Policy>, Error> {
 }
 
 /// The most bytes the policies take at the caps ([`MAX_POLICIES`] of 16 limiters and
-/// [`MAX_WORDS`] words, each refused once): each one's definition (at most about 6 kB: the
-/// grammar bounds a limiter's words), its parsed limiters (at most about 3 kB) and its
-/// sketch (about 12 kB), with the allocator's rounding. Checked by
-/// `tests/it/against_the_server.rs` (`policies_at_the_caps_stay_within_their_bounds`).
-pub const MAX_BYTES: usize = 24 * 1024 * 1024;
+/// [`MAX_WORDS`] words, each refused once, by a shadow limiter too, and banning): each one's
+/// definition (at most about 6 kB: the grammar bounds a limiter's words), its parsed
+/// limiters (at most about 3 kB) and its three sketches (refused, shadow, banned: about 12
+/// kB each), with the allocator's rounding. Checked by `tests/it/against_the_server.rs`
+/// (`policies_at_the_caps_stay_within_their_bounds`).
+pub const MAX_BYTES: usize = 48 * 1024 * 1024;
 
 /// Parses a definition: `[SHADOW] name KIND words... [SHADOW] [name KIND words... [SHADOW]]`,
 /// each limiter in `RL.ALL`'s grammar after its name, `SHADOW` after one making it a shadow

@@ -3,19 +3,10 @@
 //! the ban state is an ordinary key (replicated, persisted, visible to `RL.PEEK`, lifted by
 //! `DEL` or `RL.POLICY UNBAN`), and `INFO` and `RL.TOP` count bans.
 
-use crate::common::policy::{hit, line, ok};
+use crate::common::policy::{hit, info_line, line, ok, rewrite_aof};
 use crate::common::{digest, err, int, rl, server, text, unix_ms, wait_until, Server};
 use redis::Connection;
 use rstest::rstest;
-
-/// The `policy_<name>` line of `INFO ratelimit`.
-fn info_line(c: &mut Connection, name: &str) -> String {
-    let info = text(c, &["INFO", "ratelimit"]);
-    let prefix = format!("ratelimit_policy_{name}:");
-    info.lines()
-        .find_map(|l| l.strip_prefix(&prefix).map(str::to_string))
-        .unwrap_or_else(|| panic!("no {prefix} in {info}"))
-}
 
 const LOGIN: &str =
     "RL.POLICY SET login PENALTY 3 60000 1000 MAX 4000 HORIZON 10000 tries TOKEN 1 60000";
@@ -253,13 +244,7 @@ fn the_aof_and_its_rewrite_keep_bans_and_shadow_policies() {
     s.crash_and_restart();
     let mut c = s.conn();
     assert_eq!(state(&mut c), before);
-    let rewriting = |c: &mut Connection| {
-        let info = text(c, &["INFO", "persistence"]);
-        !(info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0"))
-    };
-    wait_until("no AOF rewrite", 30, || !rewriting(&mut c));
-    line(&mut c, "BGREWRITEAOF").unwrap();
-    wait_until("the AOF rewrite", 30, || !rewriting(&mut c));
+    rewrite_aof(&mut c);
     s.crash_and_restart();
     let mut c = s.conn();
     assert_eq!(state(&mut c), before);

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::common::policy::{hit, line, ok};
+use crate::common::policy::{hit, line, ok, rewrite_aof};
 use crate::common::{digest, err, int, run, server, text, unix_ms, wait_until, Server};
 use redis::{Connection, Value};
 use rstest::rstest;
@@ -269,13 +269,7 @@ fn policies_survive_the_aof_and_its_rewrite() {
     let mut c = s.conn();
     assert_eq!(state(&mut c), before);
     // From a rewritten AOF (its RDB preamble), then more commands after it.
-    let rewriting = |c: &mut Connection| {
-        let info = text(c, &["INFO", "persistence"]);
-        !(info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0"))
-    };
-    wait_until("no AOF rewrite", 30, || !rewriting(&mut c));
-    line(&mut c, "BGREWRITEAOF").unwrap();
-    wait_until("the AOF rewrite", 30, || !rewriting(&mut c));
+    rewrite_aof(&mut c);
     ok(&mut c, "RL.POLICY SET later x TOKEN 5 1000");
     let before = state(&mut c);
     s.crash_and_restart();

@@ -6,19 +6,10 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::common::policy::{hit, line, ok, Hit};
+use crate::common::policy::{hit, info_line, line, ok, Hit};
 use crate::common::{digest, err, rl, server, text, unix_ms, Server};
 use redis::Connection;
 use rstest::rstest;
-
-/// The `policy_<name>` line of `INFO ratelimit`.
-fn info_line(c: &mut Connection, name: &str) -> String {
-    let info = text(c, &["INFO", "ratelimit"]);
-    let prefix = format!("ratelimit_policy_{name}:");
-    info.lines()
-        .find_map(|l| l.strip_prefix(&prefix).map(str::to_string))
-        .unwrap_or_else(|| panic!("no {prefix} in {info}"))
-}
 
 /// RL.TOP's names, heaviest first.
 fn top_names(c: &mut Connection, l: &str) -> Vec<String> {

@@ -195,14 +195,7 @@ static UNBAN_INFO: Info = Info {
     own_category: true,
     args: &[
         NAME,
-        meta::Arg {
-            name: "subject",
-            kind: ArgKind::Key,
-            token: None,
-            optional: false,
-            multiple: false,
-            sub: &[],
-        },
+        super::hit::SUBJECT,
     ],
     stats: Stats::new(),
 };
@@ -363,17 +356,21 @@ static HELP_INFO: Info = Info {
 };
 
 /// The help's lines; `{kinds}` stands for the kinds' keywords.
-const HELP: [&str; 13] = [
+const HELP: [&str; 17] = [
     "RL.POLICY <subcommand> [<arg> ...]. Subcommands are:",
-    "SET <name> <limiter> <KIND> <params and options> [<limiter> <KIND> ...]",
+    "SET <name> [SHADOW] [PENALTY <refusals> <window> <ban> [MAX <ms>] [HORIZON <ms>]]",
+    "        <limiter> <KIND> <params and options> [SHADOW] [<limiter> <KIND> ...]",
     "    Keep a policy: each limiter a name (starting with a letter), then a kind and its",
     "    words as RL.ALL takes them. Kinds: {kinds}.",
-    "    A limiter without COST takes each RL.HIT's.",
+    "    A limiter without COST takes each RL.HIT's. SHADOW after a limiter: it never",
+    "    refuses (before the first: none does). PENALTY: a ban after repeated refusals.",
     "    An administrator's command, as CONFIG SET is.",
     "GET <name>",
     "    A policy's definition, or nil.",
     "DEL <name>",
     "    Delete a policy (its keys expire). An administrator's command.",
+    "UNBAN <name> <subject>",
+    "    Lift the subject's ban under the policy's PENALTY (1, or 0 when none).",
     "LIST [<cursor>] [COUNT <n>]",
     "    A page of policies: the next cursor (0 when done), then name, digest, definition.",
     "HELP",

@@ -31,6 +31,16 @@ args::option_set! {
     struct Options { cost: args::COST }
 }
 
+/// A policy's subject, the key its keys are derived from (and its commands declare).
+pub const SUBJECT: meta::Arg = meta::Arg {
+    name: "subject",
+    kind: ArgKind::Key,
+    token: None,
+    optional: false,
+    multiple: false,
+    sub: &[],
+};
+
 static HIT_INFO: Info = Info {
     name: "RL.HIT",
     event: c"rl.hit",
@@ -43,14 +53,7 @@ static HIT_INFO: Info = Info {
     own_category: true,
     args: &[
         meta::arg("policy", ArgKind::String),
-        meta::Arg {
-            name: "subject",
-            kind: ArgKind::Key,
-            token: None,
-            optional: false,
-            multiple: false,
-            sub: &[],
-        },
+        SUBJECT,
         meta::COST,
         meta::NOW,
     ],

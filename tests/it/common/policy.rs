@@ -2,7 +2,7 @@
 
 use redis::{Connection, Value};
 
-use super::run;
+use super::{run, text, wait_until};
 
 /// Runs a line split on spaces.
 pub fn line(c: &mut Connection, line: &str) -> redis::RedisResult<Value> {
@@ -65,4 +65,25 @@ pub fn hit(c: &mut Connection, l: &str) -> Hit {
         each,
         would_refuse,
     }
+}
+
+/// The `policy_<name>` line of `INFO ratelimit`.
+pub fn info_line(c: &mut Connection, name: &str) -> String {
+    let info = text(c, &["INFO", "ratelimit"]);
+    let prefix = format!("ratelimit_policy_{name}:");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix).map(str::to_string))
+        .unwrap_or_else(|| panic!("no {prefix} in {info}"))
+}
+
+/// Rewrites the AOF (`BGREWRITEAOF`), waiting for any rewrite under way first and for this
+/// one to end.
+pub fn rewrite_aof(c: &mut Connection) {
+    let rewriting = |c: &mut Connection| {
+        let info = text(c, &["INFO", "persistence"]);
+        !(info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0"))
+    };
+    wait_until("no AOF rewrite", 30, || !rewriting(c));
+    line(c, "BGREWRITEAOF").unwrap();
+    wait_until("the AOF rewrite", 30, || !rewriting(c));
 }

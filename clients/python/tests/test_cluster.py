@@ -88,6 +88,24 @@ def test_policies_everywhere_hit_by_subject(rc, nodes):
     assert all(rl.policy_get(name, node=n) is None for n in rc.get_primaries())
 
 
+def test_a_penalty_and_a_shadow_limiter_stay_in_the_subjects_slot(rc, nodes):
+    rl = RateLimit(rc)
+    name = fresh("pyc-box").replace(":", "-")
+    words = ["PENALTY", "1", "60000", "60000", "m", "SLIDE", "1", "60000",
+             "s", "TOKEN", "1", "60000", "SHADOW"]
+    for node in rc.get_primaries():
+        rc.execute_command("RL.POLICY", "SET", name, *words, target_nodes=node)
+    before = moved(nodes)
+    first = [rl.hit(name, f"user:{i}") for i in range(50)]
+    banned = [rl.hit(name, f"user:{i}") for i in range(50)]
+    assert all(d.allowed and d.shadowed and d.would_refuse is None for d in first)
+    assert all(d.banned and d.retry_after_ms == 60000 for d in banned)
+    assert moved(nodes) == before
+    key = f"{name}||penalty|{{user:7}}"
+    assert primary_of(rc, key).type(key) == b"ratelimit"
+    assert rl.policy_delete(name)
+
+
 def test_top_merges_every_primary(rc):
     rl = RateLimit(rc)
     prefix = fresh("pyc-top")

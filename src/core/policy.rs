@@ -172,7 +172,7 @@ pub fn key_for(
 }
 
 /// [`key_for`] for a subject checked already ([`check_subject`] said whether it has a tag).
-#[inline]
+#[inline(always)]
 pub fn write_key(
     policy: &[u8],
     limiter: &[u8],

@@ -620,42 +620,37 @@ fn decide_shadowed<S: Slot>(
         entries.push(l.entry(*d, Some(&c.reply)));
         committed.push(Some(c));
     }
-    // The shadow limiter that would have refused, as the call would answer it enforced.
-    let as_shadow = |enforced: bool| -> SmallVec<[Decision; ALL_INLINE]> {
-        decisions
-            .iter()
-            .enumerate()
-            .map(|(i, d)| match shadow.has(i) != enforced {
-                true => *d,
-                false => Decision {
-                    allowed: true,
-                    retry_after: Wait::None,
-                    ..*d
-                },
-            })
-            .collect()
+    // Each side's decisions with the other side's as if they allowed (and waited for
+    // nothing): which shadow limiter would have refused, as the call would answer it
+    // enforced; and which enforced one refused. Copied and changed in place (an iterator
+    // collected into each costs some 300 instructions more).
+    let as_allowed = |d: &mut Decision| {
+        d.allowed = true;
+        d.retry_after = Wait::None;
     };
-    let would_refuse = refusing(&as_shadow(false));
-    let shadow_refusals = Shadow(
-        (decisions.iter().enumerate())
-            .filter(|&(i, d)| shadow.has(i) && !d.allowed)
-            .fold(0, |mask, (i, _)| mask | 1 << i),
-    );
-    let enforced: SmallVec<[Decision; ALL_INLINE]> = decisions
-        .iter()
-        .enumerate()
-        .filter(|&(i, _)| !shadow.has(i))
-        .map(|(_, d)| *d)
-        .collect();
+    let mut shadows = SmallVec::<[Decision; ALL_INLINE]>::from_slice(&decisions);
+    let mut enforced_side = shadows.clone();
+    let mut enforced = SmallVec::<[Decision; ALL_INLINE]>::new();
+    let mut shadow_refusals = Shadow::NONE;
+    for (i, (s, e)) in shadows.iter_mut().zip(enforced_side.iter_mut()).enumerate() {
+        if shadow.has(i) {
+            shadow_refusals.0 |= u16::from(!e.allowed) << i;
+            as_allowed(e);
+        } else {
+            enforced.push(*e);
+            as_allowed(s);
+        }
+    }
+    let would_refuse = refusing(&shadows);
     let decision = match enforced.is_empty() {
-        true => combine(&as_shadow(true)),
+        true => combine(&enforced_side),
         false => combine(&enforced),
     };
     Ok(Outcome {
         decision,
         entries,
         committed,
-        refused_by: refusing(&as_shadow(true)),
+        refused_by: refusing(&enforced_side),
         would_refuse,
         shadow_refusals,
     })

@@ -322,14 +322,15 @@ KEY_KINDS=(
   "cl        | CL.THROTTLE __key__ 99 100 86400"
 )
 
-# fill_kind name command keys seconds: FLUSHALL, then `keys` keys made by `command` (one call
-# each through redis-cli --pipe), checked to be all there.
+# fill_kind name command keys seconds [format]: FLUSHALL, then `keys` keys made by `command`
+# (one call each through redis-cli --pipe, __key__ the number written with `format`, default
+# m:%012d), checked to be all there.
 fill_kind() {
-  local name=$1 cmd=$2 n=$3 out keys
+  local name=$1 cmd=$2 n=$3 out keys fmt=${5:-m:%012d}
   [[ $cmd == *__key__* ]] || die "kind $name: no __key__ in '$cmd'"
   rcli FLUSHALL SYNC >/dev/null
-  out=$(awk -v pre="${cmd%%__key__*}" -v post="${cmd#*__key__}" -v n="$n" \
-    'BEGIN { for (k = 0; k < n; k++) printf "%sm:%012d%s\n", pre, k, post }' |
+  out=$(awk -v pre="${cmd%%__key__*}" -v post="${cmd#*__key__}" -v n="$n" -v fmt="$fmt" \
+    'BEGIN { for (k = 0; k < n; k++) printf "%s" fmt "%s\n", pre, k, post }' |
     timeout "$4" redis-cli -h 127.0.0.1 -p "$PORT" --pipe 2>&1) || die "kind $name: filling failed: $out"
   grep -q "errors: 0," <<<"$out" || die "kind $name: errors while filling: $(tail -n 3 <<<"$out")"
   keys=$(rcli DBSIZE)

@@ -19,6 +19,13 @@
 #   CELL_SO              redis-cell's libredis_cell.so: adds CL.THROTTLE keys
 #   BENCH_MEMORY_KEYS    keys per kind (default: 1000000)
 #   BENCH_MEMORY_RELOADS DEBUG RELOAD runs per kind, the best one counts (default: 3)
+#   BENCH_MEMORY_SUBJECTS how many subjects of a policy, for the per-subject table (a list:
+#                        "1000000 10000000"; default: 1000000)
+#   BENCH_MEMORY_PART    keys, subjects, or all (default: all)
+#
+# The per-subject table (issue 30): for each count of subjects, FLUSHALL, then one RL.HIT of
+# each subject (12 bytes: 000000000000 ...) under a policy of one limiter, and the growth of
+# used_memory per subject; beside it SET PX of keys named as the subjects.
 # shellcheck source-path=SCRIPTDIR disable=SC2119 # (lib.sh: functions with optional arguments)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -29,9 +36,12 @@ MAX_X_BUCKET=1.2      # token, leaky, fixed: bytes per key, x set-px
 MAX_SLIDE_ONE=240     # slide-1: bytes per key
 MAX_X_RELOAD=1.5      # every RL.* kind: DEBUG RELOAD CPU time, x set-px's
 
-env_used MODULE CELL_SO BENCH_MEMORY_KEYS BENCH_MEMORY_RELOADS
+env_used MODULE CELL_SO BENCH_MEMORY_KEYS BENCH_MEMORY_RELOADS BENCH_MEMORY_SUBJECTS BENCH_MEMORY_PART
 KEYS=${BENCH_MEMORY_KEYS:-1000000}
 RELOADS=${BENCH_MEMORY_RELOADS:-3}
+SUBJECT_COUNTS=${BENCH_MEMORY_SUBJECTS:-1000000}
+PART=${BENCH_MEMORY_PART:-all}
+[[ $PART =~ ^(keys|subjects|all)$ ]] || die "BENCH_MEMORY_PART must be keys, subjects or all"
 
 need_tools "make deps installs redis-server and redis-tools" redis-server redis-cli timeout awk
 find_modules
@@ -64,6 +74,7 @@ cpu_us() {
 }
 
 NAMES=() CMDS=() BYTES=() USAGE=() RELOAD_MS=() RELOAD_CPU=() RDB=()
+[[ $PART == subjects ]] && KEY_KINDS=()
 for line in "${KEY_KINDS[@]}"; do
   IFS='|' read -r name cmd <<<"$line"
   name=$(trim "$name") cmd=$(trim "$cmd")
@@ -95,8 +106,61 @@ done
 rcli FLUSHALL SYNC >/dev/null
 
 # ---------------------------------------------------------------------------------------
+# Subjects of a policy: bytes per subject (issue 30)
+# ---------------------------------------------------------------------------------------
+SUBJECT_KINDS=(
+  "set-px      | SET __key__ v PX 86400000"
+  "token       | RL.HIT ptoken __key__        | ptoken t TOKEN 100 86400000"
+  "leaky       | RL.HIT pleaky __key__        | pleaky l LEAKY 100 86400000"
+  "fixed       | RL.HIT pfixed __key__        | pfixed f FIXED 100 86400000"
+  "throttle    | RL.HIT pthrottle __key__     | pthrottle c THROTTLE 99 100 86400"
+  "slide-1     | RL.HIT pslide __key__        | pslide s SLIDE 100 86400000"
+)
+S_NAMES=() S_COUNT=() S_BYTES=()
+if [[ $PART != keys ]] && rcli COMMAND INFO RL.HIT | grep -qi rl.hit; then
+  for n in $SUBJECT_COUNTS; do
+    [[ $n =~ ^[1-9][0-9]*$ ]] || die "BENCH_MEMORY_SUBJECTS: '$n' is not a count"
+    for line in "${SUBJECT_KINDS[@]}"; do
+      IFS='|' read -r name cmd policy <<<"$line"
+      name=$(trim "$name") cmd=$(trim "$cmd") policy=$(trim "${policy:-}")
+      if [[ -n $policy ]]; then
+        # shellcheck disable=SC2086 # (the policy's words)
+        [[ $(rcli RL.POLICY SET $policy) == OK ]] || die "RL.POLICY SET $policy failed"
+      fi
+      rcli FLUSHALL SYNC >/dev/null
+      before=$(used_memory)
+      fill_kind "$name" "$cmd" "$n" 1800 "%012d"
+      after=$(used_memory)
+      S_NAMES+=("$name") S_COUNT+=("$n")
+      S_BYTES+=("$(awk -v a="$after" -v b="$before" -v n="$n" 'BEGIN { printf "%.1f", (a - b) / n }')")
+      log "$(printf '%-10s %10d subjects: %8s bytes/subject' "$name" "$n" "${S_BYTES[-1]}")"
+    done
+  done
+  rcli FLUSHALL SYNC >/dev/null
+fi
+
+# ---------------------------------------------------------------------------------------
 # Report
 # ---------------------------------------------------------------------------------------
+if ((${#S_NAMES[@]} > 0)); then
+  echo
+  echo "Memory per subject of a policy of one limiter (growth of used_memory; 12-byte subjects 000000000000 ...; set-px: keys named as the subjects)"
+  echo
+  printf '%-10s %-12s %14s\n' kind subjects bytes/subject
+  for i in "${!S_NAMES[@]}"; do
+    printf '%-10s %-12s %14s\n' "${S_NAMES[i]}" "${S_COUNT[i]}" "${S_BYTES[i]}"
+  done
+  for line in "${SUBJECT_KINDS[@]}"; do
+    IFS='|' read -r name _ policy <<<"$line"
+    [[ -z ${policy// /} ]] || echo "  $(trim "$name"): RL.POLICY SET $(trim "$policy")"
+  done
+fi
+if ((${#NAMES[@]} == 0)); then
+  echo
+  print_produced memory.sh bench-memory ", $(elapsed) s"
+  print_setup
+  exit 0
+fi
 echo
 printf 'Memory per key over %s keys (growth of used_memory), and DEBUG RELOAD of them (best of %s; x set-px: of the CPU time)\n' "$KEYS" "$RELOADS"
 echo

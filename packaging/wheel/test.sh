@@ -137,6 +137,9 @@ reply=$(cli RL.SLIDE k 10 1000)
 ok "RL.SLIDE k 10 1000: $(paste -sd' ' <<<"$reply")"
 modules=$(cli MODULE LIST)
 grep -qx ratelimit <<<"$modules" || fail "MODULE LIST does not show ratelimit: $modules"
+# Only this module's entry (Valkey 9 lists its built-in lua module too): from its name to
+# the next name.
+modules=$(awk 'prev == "name" { keep = ($0 == "ratelimit") } keep; { prev = $0 }' <<<"$modules")
 IFS=. read -r major minor patch <<<"$version"
 ver=$(grep -A1 -x ver <<<"$modules" | tail -n 1)
 [[ $ver == $((major * 10000 + minor * 100 + patch)) ]] ||

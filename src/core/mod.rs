@@ -18,6 +18,7 @@ pub mod chunks;
 pub mod codec;
 pub mod effect;
 pub mod error;
+pub mod family;
 pub mod gcra;
 pub mod kind;
 pub mod limit;

@@ -1,0 +1,536 @@
+//! A family of subjects (issue 30, compact policies): many subjects' states in one value, so
+//! that a subject costs tens of bytes instead of a key. Each subject holds its bytes (1 to
+//! [`MAX_SUBJECT`]), a state of the family's fixed `width` (the policy's limiters' states,
+//! packed by the caller), and the time it is empty again; an open-addressing index finds it.
+//!
+//! Layout: entries packed in one arena, each `len (1 or 2 bytes) subject state empty_at (8
+//! bytes)`, and an index of `u32` offsets (at most 3/4 full, a power of two long, linear
+//! probing, tombstones). A removed entry leaves its bytes dead in the arena until the dead
+//! bytes pass half of it: then the arena is rebuilt, which is what a family of its size
+//! costs once (a family holds the subjects of one hash slot: about 600 of them at 10 M
+//! subjects over 16,384 slots). [`Family::sweep`] removes the subjects that are empty again,
+//! a bounded number of index slots at a time, from where the last sweep stopped.
+//!
+//! The encoding is canonical (the subjects in byte order), so that a primary and its
+//! replicas, which reach the same subjects by different orders of insertion and removal,
+//! write the same bytes and the same digest; [`Family::decode`] is the one validating
+//! constructor.
+//!
+//! Not wired to any command yet: the storage form, the effects and the policy grammar of
+//! compact policies come next (see the note of issue 30).
+
+use super::codec::{Malformed, Reader, Sink};
+use super::{fnv1a, Instant, FNV_OFFSET, MAX_TIMESTAMP};
+
+/// The longest subject: a policy's (see `core::policy`).
+pub const MAX_SUBJECT: usize = 1024;
+/// The widest state a subject holds.
+pub const MAX_WIDTH: usize = 128;
+/// The most subjects one family holds.
+pub const MAX_SUBJECTS: usize = 1 << 24;
+
+/// Index slot: free.
+const FREE: u32 = 0;
+/// Index slot: a removed entry (probing goes on past it).
+const GONE: u32 = u32::MAX;
+
+/// One family's subjects.
+#[derive(Clone, Debug, Default)]
+pub struct Family {
+    width: usize,
+    arena: Vec<u8>,
+    /// `offset + 1` of an entry in `arena`, [`FREE`] or [`GONE`].
+    index: Vec<u32>,
+    live: usize,
+    gone: usize,
+    dead_bytes: usize,
+    /// Where the next sweep starts, in `index`.
+    hand: usize,
+}
+
+impl PartialEq for Family {
+    fn eq(&self, other: &Family) -> bool {
+        self.width == other.width && self.entries_sorted() == other.entries_sorted()
+    }
+}
+
+impl Eq for Family {}
+
+/// A subject's entry, as read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry<'a> {
+    pub subject: &'a [u8],
+    pub state: &'a [u8],
+    pub empty_at: Instant,
+}
+
+fn hash(subject: &[u8]) -> u64 {
+    // FNV-1a, then mixed so that the low bits (the index's) depend on every byte.
+    let h = fnv1a(FNV_OFFSET, subject);
+    (h ^ (h >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9) ^ (h >> 32)
+}
+
+/// The bytes of a subject's length: one below 128, else two.
+fn len_bytes(len: usize) -> usize {
+    if len < 128 {
+        1
+    } else {
+        2
+    }
+}
+
+impl Family {
+    /// An empty family whose subjects hold states of `width` bytes (at most [`MAX_WIDTH`]).
+    pub fn new(width: usize) -> Option<Family> {
+        (width <= MAX_WIDTH).then(|| Family {
+            width,
+            ..Family::default()
+        })
+    }
+
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// How many subjects it holds.
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// The entry at arena offset `at` (written by this type: its bounds hold).
+    fn entry_at(&self, at: usize) -> Option<(Entry<'_>, usize)> {
+        let first = usize::from(*self.arena.get(at)?);
+        let (len, head) = match first < 128 {
+            true => (first, 1),
+            false => (
+                (first & 0x7f) << 8 | usize::from(*self.arena.get(at + 1)?),
+                2,
+            ),
+        };
+        let subject = self.arena.get(at + head..at + head + len)?;
+        let state_at = at + head + len;
+        let state = self.arena.get(state_at..state_at + self.width)?;
+        let time_at = state_at + self.width;
+        let time: [u8; 8] = self.arena.get(time_at..time_at + 8)?.try_into().ok()?;
+        let entry = Entry {
+            subject,
+            state,
+            empty_at: Instant::from_ms(u64::from_le_bytes(time)),
+        };
+        Some((entry, time_at + 8 - at))
+    }
+
+    /// The index slot of `subject`, or the slot to put it in: `(slot, found)`.
+    fn find(&self, subject: &[u8]) -> Option<(usize, bool)> {
+        let mask = self.index.len().checked_sub(1)?;
+        let mut at = (hash(subject) as usize) & mask;
+        let mut first_gone = None;
+        for _ in 0..self.index.len() {
+            match *self.index.get(at)? {
+                FREE => return Some((first_gone.unwrap_or(at), false)),
+                GONE => {
+                    first_gone.get_or_insert(at);
+                }
+                offset => {
+                    let (e, _) = self.entry_at(offset as usize - 1)?;
+                    if e.subject == subject {
+                        return Some((at, true));
+                    }
+                }
+            }
+            at = (at + 1) & mask;
+        }
+        first_gone.map(|at| (at, false))
+    }
+
+    /// The entry of `subject`, if it holds one.
+    pub fn get(&self, subject: &[u8]) -> Option<Entry<'_>> {
+        let (slot, true) = self.find(subject)? else {
+            return None;
+        };
+        let offset = *self.index.get(slot)?;
+        self.entry_at(offset as usize - 1).map(|(e, _)| e)
+    }
+
+    /// Sets the state and empty time of `subject` (a new subject is added): `false`, and
+    /// nothing changed, for a subject or state out of bounds, or a full family.
+    pub fn put(&mut self, subject: &[u8], state: &[u8], empty_at: Instant) -> bool {
+        if subject.is_empty() || subject.len() > MAX_SUBJECT || state.len() != self.width {
+            return false;
+        }
+        if empty_at > MAX_TIMESTAMP {
+            return false;
+        }
+        // Room for one more, at most 3/4 full counting the removed slots.
+        if (self.live + self.gone + 1) * 4 > self.index.len() * 3 && !self.grow() {
+            return false;
+        }
+        let Some((slot, found)) = self.find(subject) else {
+            return false;
+        };
+        if found {
+            // In place: the same subject, the same width.
+            let Some(&offset) = self.index.get(slot) else {
+                return false;
+            };
+            let at = offset as usize - 1 + len_bytes(subject.len()) + subject.len();
+            if let Some(s) = self.arena.get_mut(at..at + self.width) {
+                s.copy_from_slice(state);
+            }
+            if let Some(t) = self.arena.get_mut(at + self.width..at + self.width + 8) {
+                t.copy_from_slice(&empty_at.ms().to_le_bytes());
+            }
+            return true;
+        }
+        if self.live >= MAX_SUBJECTS
+            || self.arena.len() + 2 + subject.len() + self.width + 8 > u32::MAX as usize - 1
+        {
+            return false;
+        }
+        let offset = self.arena.len();
+        self.append(subject, state, empty_at);
+        if let Some(s) = self.index.get_mut(slot) {
+            if *s == GONE {
+                self.gone -= 1;
+            }
+            *s = offset as u32 + 1;
+        }
+        self.live += 1;
+        true
+    }
+
+    fn append(&mut self, subject: &[u8], state: &[u8], empty_at: Instant) {
+        let len = subject.len();
+        if len < 128 {
+            self.arena.push(len as u8);
+        } else {
+            self.arena.push(0x80 | (len >> 8) as u8);
+            self.arena.push(len as u8);
+        }
+        self.arena.extend_from_slice(subject);
+        self.arena.extend_from_slice(state);
+        self.arena.extend_from_slice(&empty_at.ms().to_le_bytes());
+    }
+
+    /// Removes `subject`: whether it held one.
+    pub fn remove(&mut self, subject: &[u8]) -> bool {
+        let Some((slot, true)) = self.find(subject) else {
+            return false;
+        };
+        self.remove_slot(slot);
+        true
+    }
+
+    fn remove_slot(&mut self, slot: usize) {
+        let Some(&offset) = self.index.get(slot) else {
+            return;
+        };
+        if let Some((_, size)) = self.entry_at(offset as usize - 1) {
+            self.dead_bytes += size;
+        }
+        if let Some(s) = self.index.get_mut(slot) {
+            *s = GONE;
+        }
+        self.live -= 1;
+        self.gone += 1;
+        if self.live == 0 {
+            *self = Family::new(self.width).unwrap_or_default();
+        } else if self.dead_bytes * 2 > self.arena.len() {
+            self.rebuild(self.index.len());
+        }
+    }
+
+    /// Doubles the index (or makes the first one): `false` past the most subjects.
+    fn grow(&mut self) -> bool {
+        let size = (self.index.len() * 2).max(8);
+        if self.live * 4 < self.index.len() && !self.index.is_empty() {
+            // Mostly removed slots: the same size, without them.
+            self.rebuild(self.index.len());
+            return true;
+        }
+        if size > MAX_SUBJECTS * 2 {
+            return false;
+        }
+        self.rebuild(size);
+        true
+    }
+
+    /// The index at `size` slots and the arena without its dead bytes, entries in index order.
+    fn rebuild(&mut self, size: usize) {
+        let old = std::mem::take(self);
+        *self = Family {
+            width: old.width,
+            index: vec![FREE; size],
+            arena: Vec::with_capacity(old.arena.len() - old.dead_bytes),
+            ..Family::default()
+        };
+        for &offset in &old.index {
+            if offset == FREE || offset == GONE {
+                continue;
+            }
+            if let Some((e, _)) = old.entry_at(offset as usize - 1) {
+                let _ = self.put_new(e);
+            }
+        }
+    }
+
+    /// Adds an entry known to be new (a rebuild, a decode).
+    fn put_new(&mut self, e: Entry<'_>) -> bool {
+        let Some((slot, false)) = self.find(e.subject) else {
+            return false;
+        };
+        let offset = self.arena.len();
+        self.append(e.subject, e.state, e.empty_at);
+        if let Some(s) = self.index.get_mut(slot) {
+            *s = offset as u32 + 1;
+        }
+        self.live += 1;
+        true
+    }
+
+    /// Removes the subjects empty at `now` among the next `budget` index slots from where
+    /// the last sweep stopped: how many it removed. The index is gone over whole in
+    /// `index.len() / budget` calls, but that the removals may rebuild the family (once its
+    /// dead bytes pass half of it), and the sweep then starts over on the new index.
+    pub fn sweep(&mut self, now: Instant, budget: usize) -> usize {
+        let mut removed = 0;
+        for _ in 0..budget.min(self.index.len()) {
+            let slot = self.hand % self.index.len().max(1);
+            self.hand = slot + 1;
+            let Some(&offset) = self.index.get(slot) else {
+                break;
+            };
+            if offset == FREE || offset == GONE {
+                continue;
+            }
+            let empty = self
+                .entry_at(offset as usize - 1)
+                .is_some_and(|(e, _)| e.empty_at <= now);
+            if empty {
+                let size = self.index.len();
+                self.remove_slot(slot);
+                removed += 1;
+                if self.index.len() != size {
+                    // Rebuilt: the hand starts over on the new index.
+                    self.hand = 0;
+                    break;
+                }
+            }
+        }
+        removed
+    }
+
+    /// When the last subject is empty again: what the family's key expiry follows.
+    pub fn last_empty(&self) -> Option<Instant> {
+        self.entries().map(|e| e.empty_at).max()
+    }
+
+    /// Every entry, in no particular order.
+    pub fn entries(&self) -> impl Iterator<Item = Entry<'_>> + '_ {
+        self.index.iter().filter_map(move |&o| match o {
+            FREE | GONE => None,
+            o => self.entry_at(o as usize - 1).map(|(e, _)| e),
+        })
+    }
+
+    fn entries_sorted(&self) -> Vec<Entry<'_>> {
+        let mut all: Vec<Entry<'_>> = self.entries().collect();
+        all.sort_unstable_by(|a, b| a.subject.cmp(b.subject));
+        all
+    }
+
+    /// Bytes it holds on the heap (its index and arena, as allocated).
+    pub fn heap_size(&self) -> usize {
+        self.index.capacity() * 4 + self.arena.capacity()
+    }
+
+    /// The canonical encoding: `width count (len subject state empty_at)*`, subjects in byte
+    /// order.
+    pub fn encode<S: Sink>(&self, out: &mut S) {
+        out.varint(self.width as u64);
+        out.varint(self.live as u64);
+        for e in self.entries_sorted() {
+            out.varint(e.subject.len() as u64);
+            out.put(e.subject);
+            out.put(e.state);
+            out.varint(e.empty_at.ms());
+        }
+    }
+
+    /// The one validating constructor: every subject 1 to [`MAX_SUBJECT`] bytes, each once,
+    /// in byte order, every state `width` bytes, every time at most [`MAX_TIMESTAMP`].
+    pub fn decode(r: &mut Reader<'_>) -> Result<Family, Malformed> {
+        let width = usize::try_from(r.varint()?).map_err(|_| Malformed("a width too wide"))?;
+        let mut f = Family::new(width).ok_or(Malformed("a width too wide"))?;
+        let count = r.count(1 + width + 1)?;
+        if count > MAX_SUBJECTS {
+            return Err(Malformed("too many subjects"));
+        }
+        let mut size = 8;
+        while count * 4 > size * 3 {
+            size *= 2;
+        }
+        f.index = vec![FREE; size];
+        let mut last: Option<&[u8]> = None;
+        for _ in 0..count {
+            let len = r.varint()?;
+            if !(1..=MAX_SUBJECT as u64).contains(&len) {
+                return Err(Malformed("a subject of no or too many bytes"));
+            }
+            let subject = r.bytes(len as usize)?;
+            if last.is_some_and(|l| l >= subject) {
+                return Err(Malformed("subjects out of order, or twice"));
+            }
+            last = Some(subject);
+            let state = r.bytes(width)?;
+            let at = Instant::from_ms(r.varint()?);
+            if at > MAX_TIMESTAMP {
+                return Err(Malformed("a time past the end of time"));
+            }
+            let entry = Entry {
+                subject,
+                state,
+                empty_at: at,
+            };
+            if !f.put_new(entry) {
+                return Err(Malformed("a subject the index could not take"));
+            }
+        }
+        Ok(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const T0: Instant = Instant::from_ms(1_700_000_000_000);
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Put(u16, u8, u32),
+        Remove(u16),
+        Sweep(u32, u8),
+    }
+
+    fn subject(n: u16) -> Vec<u8> {
+        // Mostly 12 bytes; now and then long (two length bytes).
+        match n % 97 {
+            0 => vec![b'x'; 128 + usize::from(n % 200)],
+            _ => format!("{n:012}").into_bytes(),
+        }
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (0u16..400, any::<u8>(), 0u32..100_000).prop_map(|(s, v, t)| Op::Put(s, v, t)),
+            2 => (0u16..400).prop_map(Op::Remove),
+            1 => (0u32..100_000, any::<u8>()).prop_map(|(t, b)| Op::Sweep(t, b)),
+        ]
+    }
+
+    proptest! {
+        /// Any mix of puts, removes and sweeps: the family holds what a map does, and reads
+        /// back from its encoding as it is.
+        #[test]
+        fn a_family_holds_what_a_map_holds(ops in prop::collection::vec(op(), 1..600)) {
+            let mut f = Family::new(8).unwrap();
+            let mut model: BTreeMap<Vec<u8>, ([u8; 8], Instant)> = BTreeMap::new();
+            for op in ops {
+                match op {
+                    Op::Put(s, v, t) => {
+                        let (s, state, at) = (subject(s), [v; 8], T0 + u64::from(t));
+                        prop_assert!(f.put(&s, &state, at));
+                        model.insert(s, (state, at));
+                    }
+                    Op::Remove(s) => {
+                        let s = subject(s);
+                        prop_assert_eq!(f.remove(&s), model.remove(&s).is_some());
+                    }
+                    Op::Sweep(t, budget) => {
+                        let now = T0 + u64::from(t);
+                        let before = f.len();
+                        let removed = f.sweep(now, usize::from(budget));
+                        prop_assert_eq!(before - removed, f.len());
+                        // What the sweep removed was empty at `now`; the model follows it.
+                        let gone: Vec<Vec<u8>> =
+                            model.keys().filter(|s| f.get(s).is_none()).cloned().collect();
+                        prop_assert_eq!(gone.len(), removed);
+                        for s in gone {
+                            let (_, at) = model.remove(&s).unwrap();
+                            prop_assert!(at <= now, "{:?} removed, empty at {:?}", s, at);
+                        }
+                    }
+                }
+                prop_assert_eq!(f.len(), model.len());
+            }
+            for (s, (state, at)) in &model {
+                let e = f.get(s);
+                prop_assert_eq!(e.map(|e| (e.state, e.empty_at)), Some((&state[..], *at)));
+            }
+            let mut out = Vec::new();
+            f.encode(&mut out);
+            let back = Family::decode(&mut Reader::new(&out));
+            prop_assert_eq!(back.as_ref(), Ok(&f));
+            let mut again = Vec::new();
+            back.unwrap().encode(&mut again);
+            prop_assert_eq!(again, out);
+        }
+    }
+
+    #[test]
+    fn a_whole_sweep_removes_every_empty_subject_and_only_those() {
+        let mut f = Family::new(8).unwrap();
+        for n in 0..1000u16 {
+            assert!(f.put(&subject(n), &[1; 8], T0 + u64::from(n % 10)));
+        }
+        // Until a whole pass over the index removes nothing.
+        let mut removed = 0;
+        loop {
+            let pass: usize = (0..f.index.len() / 16 + 1)
+                .map(|_| f.sweep(T0 + 4, 16))
+                .sum();
+            removed += pass;
+            if pass == 0 {
+                break;
+            }
+        }
+        assert_eq!(removed, 500);
+        assert!(f.entries().all(|e| e.empty_at > T0 + 4));
+        assert_eq!(f.last_empty(), Some(T0 + 9));
+    }
+
+    #[test]
+    fn bytes_per_subject_of_twelve_bytes_and_an_eight_byte_state() {
+        let mut f = Family::new(8).unwrap();
+        let n = 600usize;
+        for k in 0..n {
+            let s = format!("{k:012}");
+            assert!(f.put(s.as_bytes(), &[7; 8], T0));
+        }
+        // 1 + 12 + 8 + 8 bytes of entry, and the index: at most 3/4 full.
+        let per = f.heap_size() as f64 / n as f64;
+        assert!(per < 48.0, "{per} bytes a subject");
+    }
+
+    #[test]
+    fn decoding_refuses_what_no_family_holds() {
+        let bad: [&[u8]; 4] = [
+            &[200, 1],                             // a width too wide
+            &[1, 1, 0],                            // a subject of no bytes
+            &[1, 2, 1, b'b', 0, 0, 1, b'a', 0, 0], // out of order
+            &[1, 1, 1, b'a', 0],                   // cut short
+        ];
+        for b in bad {
+            assert!(Family::decode(&mut Reader::new(b)).is_err(), "{b:?}");
+        }
+    }
+}

@@ -147,6 +147,57 @@ pub fn slot(key: &[u8]) -> u16 {
     crc & 0x3fff
 }
 
+/// The slots of Redis Cluster.
+pub const SLOTS: usize = 16384;
+
+/// A short hash tag that hashes to `slot` (below [`SLOTS`]): the shortest string of letters
+/// and digits that does, the first in the order `0-9`, `A-Z`, `a-z` (three characters at
+/// most). A key holding `{tag}` lives in that slot: what a family of a compact policy's
+/// subjects is named with, to live in its subjects' slot (issue 30).
+pub fn slot_tag(slot: u16) -> Option<&'static [u8]> {
+    static TAGS: std::sync::OnceLock<Vec<([u8; 3], u8)>> = std::sync::OnceLock::new();
+    let tags = TAGS.get_or_init(|| {
+        const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+        let mut tags = vec![([0u8; 3], 0u8); SLOTS];
+        let mut left = SLOTS;
+        'lengths: for len in 1..=3usize {
+            let mut digits = [0usize; 3];
+            loop {
+                let mut tag = [0u8; 3];
+                for (t, &d) in tag.iter_mut().zip(&digits).take(len) {
+                    *t = ALPHABET.get(d).copied().unwrap_or(b'0');
+                }
+                let at = usize::from(slot(tag.get(..len).unwrap_or_default()));
+                if let Some(entry) = tags.get_mut(at).filter(|e| e.1 == 0) {
+                    *entry = (tag, len as u8);
+                    left -= 1;
+                    if left == 0 {
+                        break 'lengths;
+                    }
+                }
+                // The next string of `len` characters, the last one fastest.
+                let mut i = len;
+                loop {
+                    if i == 0 {
+                        continue 'lengths;
+                    }
+                    i -= 1;
+                    if let Some(d) = digits.get_mut(i) {
+                        *d += 1;
+                        if *d < ALPHABET.len() {
+                            break;
+                        }
+                        *d = 0;
+                    }
+                }
+            }
+        }
+        tags
+    });
+    let (tag, len) = tags.get(usize::from(slot))?;
+    tag.get(..usize::from(*len)).filter(|t| !t.is_empty())
+}
+
 /// Writes the key of limiter `limiter` (of kind `kind`, its keyword, written in lower case) of policy
 /// `policy` for `subject` into `out`: `policy|limiter|kind|{subject}`, or
 /// `policy|limiter|kind|=subject` when the subject has a hash tag (its tag places the key).
@@ -400,6 +451,32 @@ fn take(r: &mut Reader, max: usize) -> Result<Vec<u8>, Malformed> {
         return Err(Malformed("a name or word too long"));
     }
     Ok(r.bytes(len as usize)?.to_vec())
+}
+
+#[cfg(test)]
+mod slot_tag_tests {
+    use super::*;
+
+    #[test]
+    fn every_slot_has_a_short_tag_that_hashes_to_it() {
+        for s in 0..SLOTS as u16 {
+            let tag = slot_tag(s).unwrap_or_else(|| panic!("no tag for slot {s}"));
+            assert!(tag.len() <= 3);
+            assert_eq!(slot(tag), s, "{tag:?}");
+            let mut key = b"api|~|{".to_vec();
+            key.extend_from_slice(tag);
+            key.push(b'}');
+            assert_eq!(slot(&key), s);
+        }
+        assert_eq!(slot_tag(SLOTS as u16), None);
+    }
+
+    #[test]
+    fn slots_as_redis_cluster_computes_them() {
+        // CLUSTER KEYSLOT's examples in the Redis documentation.
+        assert_eq!(slot(b"somekey"), 11058);
+        assert_eq!(slot(b"foo{hash_tag}"), 2515);
+    }
 }
 
 #[cfg(test)]

@@ -150,11 +150,11 @@ pub fn slot(key: &[u8]) -> u16 {
 /// The slots of Redis Cluster.
 pub const SLOTS: usize = 16384;
 
-/// A short hash tag that hashes to `slot` (below [`SLOTS`]): the shortest string of letters
+/// A short hash tag that hashes to slot `of` (below [`SLOTS`]): the shortest string of letters
 /// and digits that does, the first in the order `0-9`, `A-Z`, `a-z` (three characters at
 /// most). A key holding `{tag}` lives in that slot: what a family of a compact policy's
 /// subjects is named with, to live in its subjects' slot (issue 30).
-pub fn slot_tag(slot: u16) -> Option<&'static [u8]> {
+pub fn slot_tag(of: u16) -> Option<&'static [u8]> {
     static TAGS: std::sync::OnceLock<Vec<([u8; 3], u8)>> = std::sync::OnceLock::new();
     let tags = TAGS.get_or_init(|| {
         const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
@@ -194,7 +194,7 @@ pub fn slot_tag(slot: u16) -> Option<&'static [u8]> {
         }
         tags
     });
-    let (tag, len) = tags.get(usize::from(slot))?;
+    let (tag, len) = tags.get(usize::from(of))?;
     tag.get(..usize::from(*len)).filter(|t| !t.is_empty())
 }
 

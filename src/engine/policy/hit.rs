@@ -288,6 +288,7 @@ fn decide(
             policy.took(i, l.cost());
         }
     }
+    // Done with: what they kept (a reshaped state) goes before a strike runs a command.
     drop(limiters);
     let name = |i: Option<usize>| i.and_then(|i| members.get(i)).map(|m| &m.name[..]);
     let shadow = (policy.shadow != Shadow::NONE).then(|| name(outcome.would_refuse));

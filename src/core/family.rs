@@ -3,9 +3,11 @@
 //! [`MAX_SUBJECT`]), a state of the family's fixed `width` (the policy's limiters' states,
 //! packed by the caller), and the time it is empty again; an open-addressing index finds it.
 //!
-//! Layout: entries packed in one arena, each `len (1 or 2 bytes) subject state empty_at (8
-//! bytes)`, and an index of `u32` offsets (at most 3/4 full, a power of two long, linear
-//! probing, tombstones). A removed entry leaves its bytes dead in the arena until the dead
+//! Layout: entries packed in one arena, each `len (1 or 2 bytes) subject state empty_at`, the
+//! empty time in whole seconds, rounded up (4 bytes: it only says when a sweep may remove the
+//! subject, at most a second late; decisions read the state), and an index of `u32` offsets
+//! (at most 3/4 full, a power of two long, linear probing, tombstones). The arena grows by an
+//! eighth, not by doubling, so that it holds little it does not use. A removed entry leaves its bytes dead in the arena until the dead
 //! bytes pass half of it: then the arena is rebuilt, which is what a family of its size
 //! costs once (a family holds the subjects of one hash slot: about 600 of them at 10 M
 //! subjects over 16,384 slots). [`Family::sweep`] removes the subjects that are empty again,
@@ -64,6 +66,11 @@ pub struct Entry<'a> {
     pub empty_at: Instant,
 }
 
+/// An empty time as a family keeps it: whole seconds, rounded up (past 2106, the last one).
+fn seconds(at: Instant) -> u32 {
+    u32::try_from(at.ms().div_ceil(1000)).unwrap_or(u32::MAX)
+}
+
 fn hash(subject: &[u8]) -> u64 {
     // FNV-1a, then mixed so that the low bits (the index's) depend on every byte.
     let h = fnv1a(FNV_OFFSET, subject);
@@ -115,13 +122,13 @@ impl Family {
         let state_at = at + head + len;
         let state = self.arena.get(state_at..state_at + self.width)?;
         let time_at = state_at + self.width;
-        let time: [u8; 8] = self.arena.get(time_at..time_at + 8)?.try_into().ok()?;
+        let time: [u8; 4] = self.arena.get(time_at..time_at + 4)?.try_into().ok()?;
         let entry = Entry {
             subject,
             state,
-            empty_at: Instant::from_ms(u64::from_le_bytes(time)),
+            empty_at: Instant::from_ms(u64::from(u32::from_le_bytes(time)) * 1000),
         };
-        Some((entry, time_at + 8 - at))
+        Some((entry, time_at + 4 - at))
     }
 
     /// The index slot of `subject`, or the slot to put it in: `(slot, found)`.
@@ -181,8 +188,8 @@ impl Family {
             if let Some(s) = self.arena.get_mut(at..at + self.width) {
                 s.copy_from_slice(state);
             }
-            if let Some(t) = self.arena.get_mut(at + self.width..at + self.width + 8) {
-                t.copy_from_slice(&empty_at.ms().to_le_bytes());
+            if let Some(t) = self.arena.get_mut(at + self.width..at + self.width + 4) {
+                t.copy_from_slice(&seconds(empty_at).to_le_bytes());
             }
             return true;
         }
@@ -205,6 +212,10 @@ impl Family {
 
     fn append(&mut self, subject: &[u8], state: &[u8], empty_at: Instant) {
         let len = subject.len();
+        let need = 2 + len + state.len() + 4;
+        if self.arena.capacity() - self.arena.len() < need {
+            self.arena.reserve_exact(need + self.arena.len() / 8);
+        }
         if len < 128 {
             self.arena.push(len as u8);
         } else {
@@ -213,7 +224,8 @@ impl Family {
         }
         self.arena.extend_from_slice(subject);
         self.arena.extend_from_slice(state);
-        self.arena.extend_from_slice(&empty_at.ms().to_le_bytes());
+        self.arena
+            .extend_from_slice(&seconds(empty_at).to_le_bytes());
     }
 
     /// Removes `subject`: whether it held one.
@@ -349,7 +361,7 @@ impl Family {
     }
 
     /// The canonical encoding: `width count (len subject state empty_at)*`, subjects in byte
-    /// order.
+    /// order, `empty_at` in seconds.
     pub fn encode<S: Sink>(&self, out: &mut S) {
         out.varint(self.width as u64);
         out.varint(self.live as u64);
@@ -357,12 +369,12 @@ impl Family {
             out.varint(e.subject.len() as u64);
             out.put(e.subject);
             out.put(e.state);
-            out.varint(e.empty_at.ms());
+            out.varint(e.empty_at.ms() / 1000);
         }
     }
 
     /// The one validating constructor: every subject 1 to [`MAX_SUBJECT`] bytes, each once,
-    /// in byte order, every state `width` bytes, every time at most [`MAX_TIMESTAMP`].
+    /// in byte order, every state `width` bytes, every time within 32 bits of seconds.
     pub fn decode(r: &mut Reader<'_>) -> Result<Family, Malformed> {
         let width = usize::try_from(r.varint()?).map_err(|_| Malformed("a width too wide"))?;
         let mut f = Family::new(width).ok_or(Malformed("a width too wide"))?;
@@ -387,10 +399,8 @@ impl Family {
             }
             last = Some(subject);
             let state = r.bytes(width)?;
-            let at = Instant::from_ms(r.varint()?);
-            if at > MAX_TIMESTAMP {
-                return Err(Malformed("a time past the end of time"));
-            }
+            let secs = u32::try_from(r.varint()?).map_err(|_| Malformed("a time past 2106"))?;
+            let at = Instant::from_ms(u64::from(secs) * 1000);
             let entry = Entry {
                 subject,
                 state,
@@ -449,7 +459,9 @@ mod tests {
                     Op::Put(s, v, t) => {
                         let (s, state, at) = (subject(s), [v; 8], T0 + u64::from(t));
                         prop_assert!(f.put(&s, &state, at));
-                        model.insert(s, (state, at));
+                        // Kept in whole seconds, rounded up.
+                        let kept = Instant::from_ms(at.ms().div_ceil(1000) * 1000);
+                        model.insert(s, (state, kept));
                     }
                     Op::Remove(s) => {
                         let s = subject(s);
@@ -490,13 +502,13 @@ mod tests {
     fn a_whole_sweep_removes_every_empty_subject_and_only_those() {
         let mut f = Family::new(8).unwrap();
         for n in 0..1000u16 {
-            assert!(f.put(&subject(n), &[1; 8], T0 + u64::from(n % 10)));
+            assert!(f.put(&subject(n), &[1; 8], T0 + u64::from(n % 10) * 1000));
         }
         // Until a whole pass over the index removes nothing.
         let mut removed = 0;
         loop {
             let pass: usize = (0..f.index.len() / 16 + 1)
-                .map(|_| f.sweep(T0 + 4, 16))
+                .map(|_| f.sweep(T0 + 4000, 16))
                 .sum();
             removed += pass;
             if pass == 0 {
@@ -504,30 +516,33 @@ mod tests {
             }
         }
         assert_eq!(removed, 500);
-        assert!(f.entries().all(|e| e.empty_at > T0 + 4));
-        assert_eq!(f.last_empty(), Some(T0 + 9));
+        assert!(f.entries().all(|e| e.empty_at > T0 + 4000));
+        assert_eq!(f.last_empty(), Some(T0 + 9000));
     }
 
     #[test]
-    fn bytes_per_subject_of_twelve_bytes_and_an_eight_byte_state() {
-        let mut f = Family::new(8).unwrap();
-        let n = 600usize;
-        for k in 0..n {
-            let s = format!("{k:012}");
-            assert!(f.put(s.as_bytes(), &[7; 8], T0));
+    fn bytes_per_subject_of_twelve_bytes_and_one_compact_limiters_state() {
+        // A compact limiter's state is 16 bytes (its latest time and tail): 1 + 12 + 16 + 4
+        // bytes an entry, the arena's slack at most an eighth, and the index at most 3/4 full.
+        for n in [100usize, 600, 6100] {
+            let mut f = Family::new(16).unwrap();
+            for k in 0..n {
+                let s = format!("{k:012}");
+                assert!(f.put(s.as_bytes(), &[7; 16], T0));
+            }
+            let per = f.heap_size() as f64 / n as f64;
+            assert!(per < 48.0, "{n} subjects: {per} bytes a subject");
         }
-        // 1 + 12 + 8 + 8 bytes of entry, and the index: at most 3/4 full.
-        let per = f.heap_size() as f64 / n as f64;
-        assert!(per < 48.0, "{per} bytes a subject");
     }
 
     #[test]
     fn decoding_refuses_what_no_family_holds() {
-        let bad: [&[u8]; 4] = [
-            &[200, 1],                             // a width too wide
-            &[1, 1, 0],                            // a subject of no bytes
-            &[1, 2, 1, b'b', 0, 0, 1, b'a', 0, 0], // out of order
-            &[1, 1, 1, b'a', 0],                   // cut short
+        let bad: [&[u8]; 5] = [
+            &[200, 1],                                         // a width too wide
+            &[1, 1, 0],                                        // a subject of no bytes
+            &[1, 2, 1, b'b', 0, 0, 1, b'a', 0, 0],             // out of order
+            &[0, 1, 1, b'a', 0x80, 0x80, 0x80, 0x80, 0x80, 1], // a time past 32 bits
+            &[1, 1, 1, b'a', 0],                               // cut short
         ];
         for b in bad {
             assert!(Family::decode(&mut Reader::new(b)).is_err(), "{b:?}");

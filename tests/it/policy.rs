@@ -3,10 +3,9 @@
 //! changed under load, and the heaviest of a flood of subjects.
 
 use std::collections::HashMap;
-use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::common::policy::{hit, line, ok, rewrite_aof};
+use crate::common::policy::{alternating, hit, line, ok, rewrite_aof};
 use crate::common::{digest, err, int, run, server, text, unix_ms, wait_until, Server};
 use redis::{Connection, Value};
 use rstest::rstest;
@@ -333,19 +332,12 @@ fn no_call_sees_half_a_policy_while_it_changes(server: Server) {
     // 5 and 6, B one of limit 7.
     let mut c = server.conn();
     ok(&mut c, "RL.POLICY SET p a1 SLIDE 5 1000 a2 TOKEN 6 1000");
-    let port = server.port;
-    let changer = thread::spawn(move || {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
-        let mut c = client.get_connection().unwrap();
-        let deadline = Instant::now() + Duration::from_millis(1500);
-        let mut n = 0;
-        while Instant::now() < deadline {
-            ok(&mut c, "RL.POLICY SET p b1 FIXED 7 1000");
-            ok(&mut c, "RL.POLICY SET p a1 SLIDE 5 1000 a2 TOKEN 6 1000");
-            n += 2;
-        }
-        n
-    });
+    let changer = alternating(
+        server.port,
+        "RL.POLICY SET p b1 FIXED 7 1000",
+        "RL.POLICY SET p a1 SLIDE 5 1000 a2 TOKEN 6 1000",
+        1500,
+    );
     let mut seen: HashMap<usize, usize> = HashMap::new();
     let deadline = Instant::now() + Duration::from_millis(1500);
     let mut i = 0;

@@ -3,10 +3,9 @@
 //! policy switched between shadow and enforced keeps its keys' history, under load too;
 //! replicas, digests and reloads agree.
 
-use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::common::policy::{hit, info_line, line, ok, Hit};
+use crate::common::policy::{alternating, hit, info_line, line, ok, Hit};
 use crate::common::{digest, err, rl, server, text, unix_ms, Server};
 use redis::Connection;
 use rstest::rstest;
@@ -146,22 +145,12 @@ fn a_policy_switched_under_load_answers_by_one_definition_or_the_other(server: S
         &mut c,
         "RL.POLICY SET p a TOKEN 5 1000 b SLIDE 50 1000 SHADOW",
     );
-    let port = server.port;
-    let changer = thread::spawn(move || {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
-        let mut c = client.get_connection().unwrap();
-        let deadline = Instant::now() + Duration::from_millis(1500);
-        let mut n = 0;
-        while Instant::now() < deadline {
-            ok(&mut c, "RL.POLICY SET p a TOKEN 5 1000 b SLIDE 50 1000");
-            ok(
-                &mut c,
-                "RL.POLICY SET p a TOKEN 5 1000 b SLIDE 50 1000 SHADOW",
-            );
-            n += 2;
-        }
-        n
-    });
+    let changer = alternating(
+        server.port,
+        "RL.POLICY SET p a TOKEN 5 1000 b SLIDE 50 1000",
+        "RL.POLICY SET p a TOKEN 5 1000 b SLIDE 50 1000 SHADOW",
+        1500,
+    );
     let (mut shadowed, mut enforced, mut refused) = (0, 0, 0);
     let deadline = Instant::now() + Duration::from_millis(1500);
     let mut i = 0;

@@ -87,3 +87,25 @@ pub fn rewrite_aof(c: &mut Connection) {
     line(c, "BGREWRITEAOF").unwrap();
     wait_until("the AOF rewrite", 30, || !rewriting(c));
 }
+
+/// A thread that sets the lines `a` then `b` (each an `RL.POLICY SET`) again and again on the
+/// server at `port` for `ms` milliseconds: joined, how many it set.
+pub fn alternating(
+    port: u16,
+    a: &'static str,
+    b: &'static str,
+    ms: u64,
+) -> std::thread::JoinHandle<usize> {
+    std::thread::spawn(move || {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+        let mut c = client.get_connection().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(ms);
+        let mut n = 0;
+        while std::time::Instant::now() < deadline {
+            ok(&mut c, a);
+            ok(&mut c, b);
+            n += 2;
+        }
+        n
+    })
+}

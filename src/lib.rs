@@ -48,6 +48,7 @@ registry::kinds! {
     lease::Leases, boxed, [Acquire, Release, Extend];
     throttle::Throttle, compact, rate;
     penalty::Penalty, boxed, rate;
+    family::Subjects, boxed, [FamilyEffect];
     #[cfg(test)]
     probe::Probe, compact, rate;
 }

@@ -95,6 +95,8 @@ macro_rules! kinds {
             )+
 
             static OPS: [Ops; N] = [$($(#[$attr])* storage::ops::<kinds::$module::$state>()),+];
+            static PACKED: [(u8, Option<$crate::core::kind::CheckPacked>); N] =
+                [$($(#[$attr])* storage::packed_check::<kinds::$module::$state>()),+];
             static KINDS: [KindEntry; N] = [
                 $($(#[$attr])* KindEntry::of::<kinds::$module::$state>()),+
             ];
@@ -109,6 +111,7 @@ macro_rules! kinds {
             /// Installs the kinds: their storage operations, and the engine's catalog.
             pub fn install() {
                 storage::install(&OPS, storage::tag_kinds(PLACES));
+                $crate::core::kind::install_packed(&PACKED);
                 $crate::engine::install(&CATALOG);
             }
 

@@ -185,6 +185,22 @@ pub fn from_hex(hex: &[u8]) -> Option<Vec<u8>> {
 /// The first byte of a compact effect. A textual effect starts with a letter.
 pub const COMPACT: u8 = 0x01;
 
+/// The first byte of an effect in bytes: `BINARY code bytes`, the command of effect code
+/// `code` given `bytes` in hex as its one word (a compact policy's family, whose effect
+/// names subjects of any bytes: `kinds::family`).
+pub const BINARY: u8 = 0x02;
+
+/// `bytes` in hex digits.
+pub fn to_hex(bytes: &[u8]) -> Vec<u8> {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = Vec::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)]);
+        out.push(DIGITS[usize::from(b & 15)]);
+    }
+    out
+}
+
 /// A compact effect's keywords, tagged `1 + index`; tag 0 is a number. (A kind whose effect
 /// holds another keyword writes the textual form.)
 const KEYWORDS: [&str; 5] = ["BURST", "MAXDELAY", "COST", "NOW", "ALIGN"];

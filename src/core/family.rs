@@ -18,8 +18,7 @@
 //! write the same bytes and the same digest; [`Family::decode`] is the one validating
 //! constructor.
 //!
-//! Not wired to any command yet: the storage form, the effects and the policy grammar of
-//! compact policies come next (see the note of issue 30).
+//! A compact policy's family key holds one (`kinds::family`).
 
 use super::codec::{Malformed, Reader, Sink};
 use super::{fnv1a, Instant, FNV_OFFSET, MAX_TIMESTAMP};
@@ -27,7 +26,7 @@ use super::{fnv1a, Instant, FNV_OFFSET, MAX_TIMESTAMP};
 /// The longest subject: a policy's (see `core::policy`).
 pub const MAX_SUBJECT: usize = 1024;
 /// The widest state a subject holds.
-pub const MAX_WIDTH: usize = 128;
+pub const MAX_WIDTH: usize = 256;
 /// The most subjects one family holds.
 pub const MAX_SUBJECTS: usize = 1 << 24;
 
@@ -252,7 +251,12 @@ impl Family {
         if self.live == 0 {
             *self = Family::new(self.width).unwrap_or_default();
         } else if self.dead_bytes * 2 > self.arena.len() {
-            self.rebuild(self.index.len());
+            // The index too, down to at least a quarter full, so that memory comes back.
+            let mut size = self.index.len();
+            while size > 8 && self.live * 4 < size {
+                size /= 2;
+            }
+            self.rebuild(size);
         }
     }
 
@@ -309,6 +313,16 @@ impl Family {
     /// `index.len() / budget` calls, but that the removals may rebuild the family (once its
     /// dead bytes pass half of it), and the sweep then starts over on the new index.
     pub fn sweep(&mut self, now: Instant, budget: usize) -> usize {
+        self.sweep_with(now, budget, |_| {})
+    }
+
+    /// [`Family::sweep`], handing each entry to `removing` before it goes.
+    pub fn sweep_with(
+        &mut self,
+        now: Instant,
+        budget: usize,
+        mut removing: impl FnMut(Entry<'_>),
+    ) -> usize {
         let mut removed = 0;
         for _ in 0..budget.min(self.index.len()) {
             let slot = self.hand % self.index.len().max(1);
@@ -319,9 +333,13 @@ impl Family {
             if offset == FREE || offset == GONE {
                 continue;
             }
-            let empty = self
-                .entry_at(offset as usize - 1)
-                .is_some_and(|(e, _)| e.empty_at <= now);
+            let empty = match self.entry_at(offset as usize - 1) {
+                Some((e, _)) if e.empty_at <= now => {
+                    removing(e);
+                    true
+                }
+                _ => false,
+            };
             if empty {
                 let size = self.index.len();
                 self.remove_slot(slot);
@@ -353,6 +371,11 @@ impl Family {
         let mut all: Vec<Entry<'_>> = self.entries().collect();
         all.sort_unstable_by(|a, b| a.subject.cmp(b.subject));
         all
+    }
+
+    /// The slots of its index (what a whole sweep goes over).
+    pub fn index_len(&self) -> usize {
+        self.index.len()
     }
 
     /// Bytes it holds on the heap (its index and arena, as allocated).

@@ -101,6 +101,12 @@ pub trait Kind: Encoding + Clone + Debug + 'static {
         Ok(())
     }
 
+    /// An error for a state `RL.PEEK` does not read (a compact policy's family), asked
+    /// first.
+    fn peekable(&self) -> Result<(), Error> {
+        Ok(())
+    }
+
     /// `RL.CHARGE`: records `units` under the parameters last used, whatever the limit;
     /// `Ok(None)`, changing nothing, when they do not fit; an error for a kind that takes
     /// no charge.
@@ -190,6 +196,28 @@ pub trait Compact: Kind {
     /// checked as [`Kind::decode`] checks them; `None` for anything else (the general
     /// decoder then decides).
     fn decode_state(r: &mut Reader) -> Option<(Instant, u64)>;
+}
+
+/// Whether a compact state, as a family of subjects holds it (its parameters, latest time
+/// and tail), is one its kind could hold: checked by the kind's own validating constructor.
+pub type CheckPacked = fn(Params2, Instant, u64) -> bool;
+
+static PACKED: std::sync::OnceLock<&'static [(u8, Option<CheckPacked>)]> =
+    std::sync::OnceLock::new();
+
+/// Installs each kind's [`CheckPacked`] by its code (`None`: a kind a family cannot hold),
+/// at load (the registry does).
+pub fn install_packed(checks: &'static [(u8, Option<CheckPacked>)]) {
+    let _ = PACKED.set(checks);
+}
+
+/// The check of the kind of code `code`, if a family can hold its states.
+pub fn packed_check(code: u8) -> Option<CheckPacked> {
+    PACKED
+        .get()?
+        .iter()
+        .find(|(c, _)| *c == code)
+        .and_then(|(_, check)| *check)
 }
 
 /// How a command is run.

@@ -252,6 +252,17 @@ pub fn write_key(
     }
 }
 
+/// Writes the key of the family that holds `subject` under compact policy `policy` into
+/// `out`: `policy|~|{tag}`, `tag` the one [`slot_tag`] gives the subject's slot (its hash
+/// tag's, when it has one), so that the family lives where the subject's keys would.
+/// `~` is no limiter's name, so no keyed policy's key is a family's.
+pub fn family_key(policy: &[u8], subject: &[u8], out: &mut impl KeyBuf) {
+    out.put(policy);
+    out.put(b"|~|{");
+    out.put(slot_tag(slot(subject)).unwrap_or_default());
+    out.put(b"}");
+}
+
 /// Where a key is written: bytes appended at once.
 pub trait KeyBuf {
     fn put(&mut self, bytes: &[u8]);

@@ -131,6 +131,13 @@ impl Handler for Apply {
 /// Applies (or checks) one effect on `key`: its textual or compact form, run by the
 /// command it names.
 fn apply_one(ctx: &Context, key: Arg, effect: &Arg, mode: Mode) -> Result<Reply, Error> {
+    if let [effect::BINARY, code, bytes @ ..] = effect.as_bytes() {
+        let hex = effect::to_hex(bytes);
+        return match catalog().commands().find(|c| c.effect_code == *code) {
+            Some(c) if *code != 0 => (c.apply)(ctx, key, &[&hex], mode),
+            _ => Err(Error::Invalid("RL.APPLY effect is malformed")),
+        };
+    }
     let expanded;
     let effect = match effect.as_bytes() {
         compact @ [effect::COMPACT, ..] => {

@@ -106,10 +106,20 @@ pub fn empty_at(key: &mut Key) -> Result<Option<Instant>, Error> {
     }
 }
 
+/// `RL.PEEK key` at `clock`: the state's answer, nil for a missing key.
+pub fn peek_key(ctx: &Context, name: Arg, clock: Clock) -> Result<Reply, Error> {
+    let mut key = Key::open(ctx, name, false);
+    match entry(&key)? {
+        Some(entry) => (entry.peek)(&mut key, clock, 0),
+        None => Ok(Reply::Nil),
+    }
+}
+
 fn peek<K: Storable>(key: &mut Key, clock: Clock, cost: u64) -> Result<Reply, Error> {
     let Some(state) = key.state::<K>()? else {
         return Ok(Reply::Nil);
     };
+    state.peekable()?;
     let now = clock.caller;
     let behind = state.latest_time().since(now);
     Ok(Reply::Decision(if cost > 0 {

@@ -5,19 +5,19 @@
 //! anything, and committed only when every one allows and could record ([`decide`]); the
 //! changed keys are then settled and their effects propagated together ([`run_limiters`]).
 
-use std::ops::DerefMut;
-
 use redis_module::Context;
 use smallvec::SmallVec;
 
 use super::call::Storable;
 use super::combine::{combine, refusing};
+use super::slot::PackedSlot;
 use super::{catalog, replicate_expiry, settle};
 use crate::core::args::Grammar;
 use crate::core::effect::{Compact, Line};
 use crate::core::error::Error;
-use crate::core::kind::{Clock, Command, Kind, Mode, Reply};
+use crate::core::kind::{Clock, Command, Form, Kind, Mode, Reply};
 use crate::core::{Decision, Duration, Instant, Wait};
+use crate::kinds::family::Packed;
 use crate::rm::api::{self, Arg, ALL_INLINE};
 use crate::rm::arena::Arena;
 use crate::rm::key::Key;
@@ -26,39 +26,16 @@ use crate::rm::key::Key;
 /// bounds the call's work.
 pub const ALL_MAX_KEYS: u64 = 16;
 
-/// Where a limiter's state is: a key, for the server ([`Key`]), or a test's store. The
-/// decision ([`decide`]) works on any.
-pub trait Slot {
-    /// A state lent by the slot.
-    type Held<'s, K: Storable>: DerefMut<Target = K>
-    where
-        Self: 's;
-    /// The state of kind `K` the slot holds, `None` when empty; an error for another kind.
-    fn state<K: Storable>(&mut self) -> Result<Option<Self::Held<'_, K>>, Error>;
-    /// Stores `state` in the slot.
-    fn set<K: Storable>(&mut self, state: K) -> Result<(), Error>;
-}
-
-impl Slot for Key<'_> {
-    type Held<'s, K: Storable>
-        = crate::rm::storage::Held<'s, K>
-    where
-        Self: 's;
-
-    fn state<K: Storable>(&mut self) -> Result<Option<Self::Held<'_, K>>, Error> {
-        Key::state::<K>(self)
-    }
-
-    fn set<K: Storable>(&mut self, state: K) -> Result<(), Error> {
-        Key::set(self, state)
-    }
-}
+pub use super::slot::Slot;
 
 /// Where a call's limiters are kept: on the stack, room for 16 of the largest kinds'.
 pub type Frames = Arena<800>;
 
 /// A limiter on a server's key, kept in a call's [`Frames`].
 pub type OnKey<'a, 'c, 'r> = &'r mut (dyn Limiter<Key<'c>> + 'a);
+
+/// A limiter on a subject's entry in a compact policy's family, kept in a call's [`Frames`].
+pub type OnEntry<'r> = &'r mut (dyn Limiter<PackedSlot> + 'static);
 
 /// Parses one limiter of a kind into a call's frames.
 type ParseFn =
@@ -93,6 +70,18 @@ pub trait Prepared: Send + Sync {
         cost: u64,
         clock: Clock,
     ) -> Option<Result<Reply, Error>>;
+
+    /// The limiter for one hit of `cost` on a compact policy's family (see [`PackedSlot`]).
+    fn spawn_packed<'r>(&self, frames: &'r Frames, cost: u64) -> OnEntry<'r>;
+
+    /// Its kind's code (`Kind::CODE`), what a family's layout names it by.
+    fn code(&self) -> u8;
+
+    /// Whether a compact policy's family can hold its states (a kind of the compact form).
+    fn packs(&self) -> bool;
+
+    /// `RL.PEEK`'s answer for its state as a family holds it, at `now`.
+    fn peek_packed(&self, state: Packed, now: Instant) -> Option<Decision>;
 
     /// The units it takes for a hit of `cost`: its own `COST` when its words gave one, else
     /// the hit's; none for a hit of `COST 0`, which asks every limiter without taking.
@@ -140,6 +129,37 @@ where
         let ran = super::call::run_at::<C>(ctx, name, &call, clock, Mode::Decide);
         crate::rm::block::kick(ctx, name);
         Some(ran.map(|(reply, _)| reply))
+    }
+
+    fn spawn_packed<'r>(&self, frames: &'r Frames, cost: u64) -> OnEntry<'r> {
+        let mut call = self.call.clone();
+        if self.takes_cost || cost == 0 {
+            C::set_cost(&mut call, cost);
+        }
+        frames.put(Spec::<C> {
+            call,
+            new: None,
+            behind: Duration::ZERO,
+        })
+    }
+
+    fn code(&self) -> u8 {
+        <C::Kind as Kind>::CODE
+    }
+
+    fn packs(&self) -> bool {
+        matches!(<C::Kind as Kind>::FORM, Form::Compact)
+    }
+
+    fn peek_packed(&self, (params, latest, tail): Packed, now: Instant) -> Option<Decision> {
+        let state = <C::Kind as crate::rm::storage::MaybeCompact>::unpack(params, latest, tail)?;
+        let behind = state.latest_time().since(now);
+        Some(
+            state
+                .peek(now)
+                .seen_from_behind(behind)
+                .resetting_at(state.empty_time(), now),
+        )
     }
 
     fn cost(&self, cost: u64) -> u64 {

@@ -45,6 +45,7 @@ pub mod info;
 pub mod limiters;
 pub mod policy;
 pub mod rate;
+pub mod slot;
 pub mod top;
 
 use std::ffi::CStr;
@@ -140,7 +141,7 @@ impl CommandEntry {
 /// set (the least of them); `None`, logged, when a command could not be registered.
 pub fn register(ctx: &Context, own: Option<&str>) -> Option<Acl> {
     use policy::commands as pc;
-    let generic: [(&str, RegisterFn); 14] = [
+    let generic: [(&str, RegisterFn); 16] = [
         (generic::Peek::INFO.name, api::register::<generic::Peek>),
         (generic::Refund::INFO.name, api::register::<generic::Refund>),
         (generic::Charge::INFO.name, api::register::<generic::Charge>),
@@ -155,6 +156,8 @@ pub fn register(ctx: &Context, own: Option<&str>) -> Option<Acl> {
         (pc::Get::INFO.name, api::register::<pc::Get>),
         (pc::Del::INFO.name, api::register::<pc::Del>),
         (pc::Unban::INFO.name, api::register::<pc::Unban>),
+        (pc::Subject::INFO.name, api::register::<pc::Subject>),
+        (pc::Forget::INFO.name, api::register::<pc::Forget>),
         (pc::List::INFO.name, api::register::<pc::List>),
         (pc::Help::INFO.name, api::register::<pc::Help>),
         (

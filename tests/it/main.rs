@@ -24,6 +24,7 @@ mod clock;
 mod cluster;
 mod commands;
 mod compact;
+mod compact_policy;
 mod durability;
 mod durability_maxmemory;
 mod durability_restarts;

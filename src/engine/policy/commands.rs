@@ -229,6 +229,173 @@ impl Handler for Unban {
     }
 }
 
+/// `RL.POLICY SUBJECT policy subject [NOW ms]`.
+pub struct Subject;
+
+static SUBJECT_INFO: Info = Info {
+    name: "RL.POLICY|SUBJECT",
+    event: c"rl.policy",
+    summary: "A subject's state under a policy, keyed or compact: for each limiter, in order, an array of its name and what RL.PEEK of its key answers (the five fields, or nil when it holds nothing)",
+    complexity: "O(N) in the policy's limiters",
+    arity: -4,
+    keys: Keys::Third,
+    flags: "readonly",
+    categories: "read fast",
+    own_category: true,
+    args: &[NAME, super::hit::SUBJECT, meta::NOW],
+    stats: Stats::new(),
+};
+
+args::option_set! {
+    /// `RL.POLICY SUBJECT`'s options: none but `NOW`.
+    struct SubjectOptions {}
+}
+
+impl Handler for Subject {
+    const INFO: &'static Info = &SUBJECT_INFO;
+
+    fn counters() -> Option<&'static dyn Count> {
+        None
+    }
+
+    fn run(ctx: &Context, args: &[Arg]) -> Result<Answer, Error> {
+        let (Some(name), Some(subject)) = (args.get(2), args.get(3)) else {
+            return Err(Error::Arity);
+        };
+        let words: Vec<&[u8]> = args
+            .get(4..)
+            .unwrap_or_default()
+            .iter()
+            .map(Arg::as_bytes)
+            .collect();
+        let now = SubjectOptions::parse(&words)?.now();
+        let clock = crate::engine::clock(ctx, now, crate::core::kind::Mode::Decide)?;
+        let p = super::named(name.as_bytes())?;
+        let members = p
+            .members
+            .as_ref()
+            .map_err(|why| Error::UnreadablePolicy(why.clone()))?;
+        let (name, subject) = (name.as_bytes(), subject.as_bytes());
+        let tagged = crate::core::policy::check_subject(subject)?;
+        let decision = |d: Option<crate::core::Decision>| match d {
+            Some(d) => {
+                RedisValue::Array(d.as_reply().into_iter().map(RedisValue::Integer).collect())
+            }
+            None => RedisValue::Null,
+        };
+        let mut out = Vec::with_capacity(members.len());
+        match &p.layout {
+            Some(layout) => {
+                let mut states = [None; crate::kinds::family::MAX_LIMITERS];
+                super::compact::read(ctx, name, layout, subject, &mut states)?;
+                for (m, st) in members.iter().zip(states) {
+                    let d = st.and_then(|st| m.prepared.peek_packed(st, clock.caller));
+                    out.push(RedisValue::Array(vec![
+                        RedisValue::StringBuffer(m.name.to_vec()),
+                        decision(d),
+                    ]));
+                }
+            }
+            None => {
+                let mut key = crate::core::policy::Key::new();
+                for m in members.iter() {
+                    key.clear();
+                    crate::core::policy::write_key(
+                        name,
+                        &m.name,
+                        m.kind.as_bytes(),
+                        subject,
+                        tagged,
+                        &mut key,
+                    );
+                    let owned = OwnedString::new(ctx, key.as_bytes())
+                        .ok_or(Error::Internal("RL.POLICY"))?;
+                    let d = match crate::engine::generic::peek_key(ctx, owned.arg(), clock)? {
+                        Reply::Decision(d) | Reply::Lease(d, _) => Some(d),
+                        _ => None,
+                    };
+                    out.push(RedisValue::Array(vec![
+                        RedisValue::StringBuffer(m.name.to_vec()),
+                        decision(d),
+                    ]));
+                }
+            }
+        }
+        ctx.reply(Ok(RedisValue::Array(out)));
+        Ok(Answer::Written(true))
+    }
+}
+
+/// `RL.POLICY FORGET policy subject`.
+pub struct Forget;
+
+static FORGET_INFO: Info = Info {
+    name: "RL.POLICY|FORGET",
+    event: c"rl.policy",
+    summary: "Forgets a subject under a policy, keyed or compact: deletes its limiters' keys, or removes it from its family (a compact policy's), its ban aside (RL.POLICY UNBAN). 1, or 0 when it held nothing",
+    complexity: "O(N) in the policy's limiters",
+    arity: 4,
+    keys: Keys::Third,
+    flags: "write fast",
+    categories: "write fast",
+    own_category: true,
+    args: &[NAME, super::hit::SUBJECT],
+    stats: Stats::new(),
+};
+
+impl Handler for Forget {
+    const INFO: &'static Info = &FORGET_INFO;
+
+    fn counters() -> Option<&'static dyn Count> {
+        None
+    }
+
+    fn run(ctx: &Context, args: &[Arg]) -> Result<Answer, Error> {
+        let (Some(name), Some(subject)) = (args.get(2), args.get(3)) else {
+            return Err(Error::Arity);
+        };
+        let p = super::named(name.as_bytes())?;
+        let members = p
+            .members
+            .as_ref()
+            .map_err(|why| Error::UnreadablePolicy(why.clone()))?;
+        let (name, subject) = (name.as_bytes(), subject.as_bytes());
+        let tagged = crate::core::policy::check_subject(subject)?;
+        let held = match &p.layout {
+            Some(_) => super::compact::forget(ctx, name, subject)?,
+            None => {
+                let mut held = false;
+                let mut key = crate::core::policy::Key::new();
+                for m in members.iter() {
+                    key.clear();
+                    crate::core::policy::write_key(
+                        name,
+                        &m.name,
+                        m.kind.as_bytes(),
+                        subject,
+                        tagged,
+                        &mut key,
+                    );
+                    let owned = OwnedString::new(ctx, key.as_bytes())
+                        .ok_or(Error::Internal("RL.POLICY"))?;
+                    let k = Key::open(ctx, owned.arg(), true);
+                    if k.holds_ours()? {
+                        k.delete();
+                        k.signal_modified();
+                        k.notify_deleted();
+                        drop(k);
+                        api::replicate_del(ctx, owned.arg());
+                        held = true;
+                    }
+                }
+                held
+            }
+        };
+        ctx.reply(Ok(RedisValue::Integer(i64::from(held))));
+        Ok(Answer::Written(true))
+    }
+}
+
 /// `RL.POLICY LIST [cursor] [COUNT n]`.
 pub struct List;
 
@@ -356,14 +523,15 @@ static HELP_INFO: Info = Info {
 };
 
 /// The help's lines; `{kinds}` stands for the kinds' keywords.
-const HELP: [&str; 17] = [
+const HELP: [&str; 22] = [
     "RL.POLICY <subcommand> [<arg> ...]. Subcommands are:",
-    "SET <name> [SHADOW] [PENALTY <refusals> <window> <ban> [MAX <ms>] [HORIZON <ms>]]",
+    "SET <name> [COMPACT] [SHADOW] [PENALTY <refusals> <window> <ban> [MAX <ms>] [HORIZON <ms>]]",
     "        <limiter> <KIND> <params and options> [SHADOW] [<limiter> <KIND> ...]",
     "    Keep a policy: each limiter a name (starting with a letter), then a kind and its",
     "    words as RL.ALL takes them. Kinds: {kinds}.",
     "    A limiter without COST takes each RL.HIT's. SHADOW after a limiter: it never",
     "    refuses (before the first: none does). PENALTY: a ban after repeated refusals.",
+    "    COMPACT: subjects kept in one key per hash slot, tens of bytes each.",
     "    An administrator's command, as CONFIG SET is.",
     "GET <name>",
     "    A policy's definition, or nil.",
@@ -371,6 +539,10 @@ const HELP: [&str; 17] = [
     "    Delete a policy (its keys expire). An administrator's command.",
     "UNBAN <name> <subject>",
     "    Lift the subject's ban under the policy's PENALTY (1, or 0 when none).",
+    "SUBJECT <name> <subject> [NOW <ms>]",
+    "    Each limiter's name and RL.PEEK's answer for the subject (nil: nothing held).",
+    "FORGET <name> <subject>",
+    "    Forget the subject's limiters' states (1, or 0 when none).",
     "LIST [<cursor>] [COUNT <n>]",
     "    A page of policies: the next cursor (0 when done), then name, digest, definition.",
     "HELP",

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use redis_module::Context;
 use smallvec::SmallVec;
 
-use super::{policy, Member, Policy};
+use super::{compact, policy, Member, Policy};
 use crate::core::args::{self, lossy, Value};
 use crate::core::error::Error;
 use crate::core::kind::{Clock, Mode, RateCall, Reply};
@@ -19,6 +19,7 @@ use crate::engine::call::run_at;
 use crate::engine::limiters::{self as all, Frames, OnKey, Shadow};
 use crate::engine::rate::RateCommand;
 use crate::engine::{clock, top};
+use crate::kinds::family;
 use crate::kinds::penalty::Penalty;
 use crate::rm::api::{self, Answer, Arg, Count, Handler, OwnedString, ALL_INLINE};
 use crate::rm::key::Key;
@@ -162,15 +163,21 @@ fn hit(
     let tagged = def::check_subject(subject)?;
     let mut owned: SmallVec<[OwnedString; ALL_INLINE]> = SmallVec::new();
     let mut key = def::Key::new();
-    for m in members {
-        key.clear();
-        let name = policy.name.as_bytes();
-        def::write_key(name, &m.name, m.kind.as_bytes(), subject, tagged, &mut key);
-        owned.push(OwnedString::new(ctx, key.as_bytes()).ok_or(Error::Internal("RL.HIT"))?);
-    }
+    let on = match &policy.layout {
+        Some(layout) => On::Family(subject, layout),
+        None => {
+            for m in members {
+                key.clear();
+                let name = policy.name.as_bytes();
+                def::write_key(name, &m.name, m.kind.as_bytes(), subject, tagged, &mut key);
+                owned.push(OwnedString::new(ctx, key.as_bytes()).ok_or(Error::Internal("RL.HIT"))?);
+            }
+            On::Keys(&owned)
+        }
+    };
     let clock = clock(ctx, now, Mode::Decide)?;
     let Some(penalty) = policy.penalty else {
-        return decide(ctx, policy, members, &owned, cost, clock, |_| None);
+        return decide(ctx, policy, members, on, cost, clock, |_| None);
     };
     // The penalty's key: `policy||penalty|{subject}` (no limiter has an empty name).
     key.clear();
@@ -191,12 +198,12 @@ fn hit(
             .map(|s| s.evaluate(clock.caller, &penalty, 0)))
     };
     if let Some(ban) = banned(ctx)? {
-        let mut got = decide(ctx, policy, members, &owned, 0, clock, |_| Some(ban))?;
+        let mut got = decide(ctx, policy, members, on, 0, clock, |_| Some(ban))?;
         got.ban = Ban::Refused;
         return Ok(got);
     }
     let mut started = false;
-    let mut got = decide(ctx, policy, members, &owned, cost, clock, |d| {
+    let mut got = decide(ctx, policy, members, on, cost, clock, |d| {
         if d.allowed || cost == 0 {
             return None;
         }
@@ -218,19 +225,48 @@ fn hit(
     Ok(got)
 }
 
-/// Decides a hit of `cost` at `clock` on the keys `owned` (the members', in order), and
-/// replies. `ban`, given the hit's five fields, may answer a ban instead (its fields, and
-/// the penalty as the refusing limiter).
+/// Where a hit's limiters keep their states: a key each (the members', in order), or the
+/// subject's entry in its family (a compact policy, of this layout).
+#[derive(Clone, Copy)]
+enum On<'a> {
+    Keys(&'a [OwnedString]),
+    Family(&'a [u8], &'a [family::Limiter]),
+}
+
+/// Decides a hit of `cost` at `clock` on the limiters' states `on`, and replies. `ban`,
+/// given the hit's five fields, may answer a ban instead (its fields, and the penalty as
+/// the refusing limiter).
 #[inline(always)]
 fn decide(
     ctx: &Context,
     policy: &Policy,
     members: &[Member],
-    owned: &[OwnedString],
+    on: On<'_>,
     cost: u64,
     clock: Clock,
     ban: impl FnOnce(&Decision) -> Option<Decision>,
 ) -> Result<Decided, Error> {
+    let owned = match on {
+        On::Keys(owned) => owned,
+        On::Family(subject, layout) => {
+            let outcome = compact::run(
+                ctx,
+                policy.name.as_bytes(),
+                members,
+                layout,
+                subject,
+                cost,
+                clock,
+                policy.shadow,
+            )?;
+            for (i, (m, c)) in members.iter().zip(&outcome.committed).enumerate() {
+                if c.is_some() {
+                    policy.took(i, m.prepared.cost(cost));
+                }
+            }
+            return Ok(answer(ctx, policy, members, outcome, ban));
+        }
+    };
     // A policy of one limiter runs it as its own command would.
     if let ([m], [name]) = (members, owned) {
         if let Some(ran) = m.prepared.alone(ctx, name.arg(), cost, clock) {
@@ -290,6 +326,18 @@ fn decide(
     }
     // Done with: what they kept (a reshaped state) goes before a strike runs a command.
     drop(limiters);
+    Ok(answer(ctx, policy, members, outcome, ban))
+}
+
+/// Replies a hit's outcome (or the ban `ban` answers instead).
+#[inline(always)]
+fn answer(
+    ctx: &Context,
+    policy: &Policy,
+    members: &[Member],
+    outcome: all::Outcome,
+    ban: impl FnOnce(&Decision) -> Option<Decision>,
+) -> Decided {
     let name = |i: Option<usize>| i.and_then(|i| members.get(i)).map(|m| &m.name[..]);
     let shadow = (policy.shadow != Shadow::NONE).then(|| name(outcome.would_refuse));
     let (d, refused_by) = match ban(&outcome.decision) {
@@ -297,9 +345,9 @@ fn decide(
         None => (outcome.decision, name(outcome.refused_by)),
     };
     api::reply_hit(ctx, &d, refused_by, &outcome.entries, shadow);
-    Ok(Decided {
+    Decided {
         allowed: d.allowed,
         would_refuse: outcome.shadow_refusals,
         ban: Ban::None,
-    })
+    }
 }

@@ -23,6 +23,7 @@
 //! them all at the caps.
 
 pub mod commands;
+pub mod compact;
 pub mod hit;
 pub mod top;
 
@@ -40,23 +41,29 @@ const MAX_LIMITERS: usize = ALL_MAX_KEYS as usize;
 const SHADOW: &[u8] = b"SHADOW";
 /// What starts a policy's penalty clause (before the first limiter).
 const PENALTY: &[u8] = b"PENALTY";
+/// What makes a policy compact (before the first limiter): its subjects in families.
+const COMPACT: &[u8] = b"COMPACT";
 
 /// Whether `word` is a word of the policy grammar between limiters (what a new limiter
 /// may not be named).
 fn policy_word(word: &[u8]) -> bool {
-    word.eq_ignore_ascii_case(SHADOW) || word.eq_ignore_ascii_case(PENALTY)
+    word.eq_ignore_ascii_case(SHADOW)
+        || word.eq_ignore_ascii_case(PENALTY)
+        || word.eq_ignore_ascii_case(COMPACT)
 }
 
 /// A policy's definition, parsed: its limiters, and its penalty clause, if any.
 struct Definition {
     members: Vec<Member>,
     penalty: Option<penalty::Params>,
+    compact: bool,
 }
 use super::top as sketch;
 use crate::core::args::lossy;
 use crate::core::error::Error;
 use crate::core::kind::Rate;
 use crate::core::policy::{self as def, Name, Words, MAX_POLICIES, MAX_WORD, MAX_WORDS};
+use crate::kinds::family;
 use crate::kinds::penalty::{self, Penalty};
 use crate::rm::datatype::Aux;
 
@@ -101,6 +108,8 @@ pub struct Policy {
     bans: AtomicU64,
     banned: AtomicU64,
     ban_top: sketch::Shared,
+    /// A compact policy's: its limiters as its families name them (`kinds::family`).
+    layout: Option<Box<[family::Limiter]>>,
     /// Its definition as written: what `RL.POLICY GET` answers and the RDB keeps.
     words: Words,
     /// Its limiters; why not, for a definition a load could not read (kept as it was).
@@ -108,6 +117,18 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// Whether its subjects are kept in families (`COMPACT`): a definition a load could not
+    /// read is taken for compact when its words say so.
+    pub fn compact(&self) -> bool {
+        self.layout.is_some()
+            || (self.members.is_err()
+                && self
+                    .words
+                    .iter()
+                    .take_while(|w| all::spec_named(w).is_none())
+                    .any(|w| w.eq_ignore_ascii_case(COMPACT)))
+    }
+
     /// Counts `units` taken by the limiter at `i`.
     fn took(&self, i: usize, units: u64) {
         if let (Some(u), 1..) = (self.units.get(i), units) {
@@ -242,12 +263,15 @@ fn define(words: &[&[u8]], strict: bool) -> Result<Definition, Error> {
     };
     let marked = |at: usize| clause(at, SHADOW);
     // Before the first limiter, in any order, each at most once: `SHADOW` (every limiter
-    // is a shadow one) and the penalty clause.
-    let (mut all_shadow, mut penalty) = (false, None);
+    // is a shadow one), `COMPACT` and the penalty clause.
+    let (mut all_shadow, mut penalty, mut compact) = (false, None, false);
     let mut at = 0;
     loop {
         if !all_shadow && marked(at) {
             all_shadow = true;
+            at += 1;
+        } else if !compact && clause(at, COMPACT) {
+            compact = true;
             at += 1;
         } else if penalty.is_none() && clause(at, PENALTY) {
             let rest = words.get(at + 1..).unwrap_or_default();
@@ -336,7 +360,21 @@ fn define(words: &[&[u8]], strict: bool) -> Result<Definition, Error> {
     if members.is_empty() {
         return Err(Error::Arity);
     }
-    Ok(Definition { members, penalty })
+    if compact {
+        if let Some(m) = members.iter().find(|m| !m.prepared.packs()) {
+            return Err(Error::for_limiter(
+                &m.name,
+                Error::Invalid(
+                    "a compact policy holds TOKEN, LEAKY, FIXED and THROTTLE limiters (a keyed policy holds any)",
+                ),
+            ));
+        }
+    }
+    Ok(Definition {
+        members,
+        penalty,
+        compact,
+    })
 }
 
 /// A penalty clause's words after `PENALTY`: `refusals window_ms ban_ms [MAX ms] [HORIZON
@@ -365,6 +403,13 @@ fn make(
         name,
     )?;
     let definition = define(words, strict)?;
+    if let (Some(before), true) = (previous, strict) {
+        if before.compact() != definition.compact {
+            return Err(Error::Invalid(
+                "a policy's storage does not change under its name (COMPACT or keyed): delete it first, or give the new one another name",
+            ));
+        }
+    }
     let mut policy = unread(name, Words::new(words.iter().copied()), Ok(definition))?;
     if let Some(before) = previous {
         policy.take_over(before);
@@ -382,6 +427,18 @@ fn unread(
         return Err(Error::Internal("a policy name over 64 bytes"));
     };
     let penalty = definition.as_ref().ok().and_then(|d| d.penalty);
+    let layout = match &definition {
+        Ok(d) if d.compact => Some(
+            d.members
+                .iter()
+                .map(|m| family::Limiter {
+                    code: m.prepared.code(),
+                    name: m.name.clone(),
+                })
+                .collect(),
+        ),
+        _ => None,
+    };
     let members = definition.map(|d| d.members);
     let limiters = members.as_ref().map_or(0, Vec::len);
     let shadow = members.as_ref().map_or(Shadow::NONE, |members| {
@@ -410,6 +467,7 @@ fn unread(
         bans: AtomicU64::new(0),
         banned: AtomicU64::new(0),
         ban_top: sketch::Shared::default(),
+        layout,
         words,
         members: members.map(Vec::into_boxed_slice),
     })

@@ -28,7 +28,7 @@ use std::sync::OnceLock;
 use super::intern;
 use crate::core::chunks::class_ceil;
 use crate::core::codec::{Malformed, Reader, SmallOut};
-use crate::core::kind::{Form, Kind, Params2};
+use crate::core::kind::{CheckPacked, Form, Kind, Params2};
 use crate::core::Instant;
 
 #[cfg(test)]
@@ -277,6 +277,33 @@ pub trait MaybeCompact: Kind {
     fn encode_params(_params: Params2, _out: &mut SmallOut) {}
     fn decode_state(_r: &mut Reader) -> Option<(Instant, u64)> {
         None
+    }
+}
+
+/// Kind `K`'s code and its [`CheckPacked`] (`None` for a kind without the compact form),
+/// for the registry's table (`core::kind::install_packed`).
+pub const fn packed_check<K: MaybeCompact>() -> (u8, Option<CheckPacked>) {
+    let check: Option<CheckPacked> = match K::FORM {
+        Form::Compact => Some(check_packed::<K>),
+        _ => None,
+    };
+    (K::CODE, check)
+}
+
+/// Whether a compact state of kind `K` (its parameters and two words) is one the kind
+/// could hold: its encoding read back by the kind's validating constructor, and packed
+/// again the same.
+fn check_packed<K: MaybeCompact>(params: Params2, latest: Instant, tail: u64) -> bool {
+    let mut out = SmallOut::new();
+    K::encode_state(latest, tail, &mut out);
+    K::encode_params(params, &mut out);
+    if out.overflowed {
+        return false;
+    }
+    let mut r = Reader::new(out.as_bytes());
+    match K::decode(K::VERSION, &mut r) {
+        Ok(k) => r.finish().is_ok() && k.pack() == Some((params, latest, tail)),
+        Err(_) => false,
     }
 }
 

@@ -1,0 +1,977 @@
+//! A compact policy's family of subjects (`RL.POLICY SET name COMPACT ...`): the subjects of
+//! one policy whose keys would fall in one hash slot, their limiters' states packed in one
+//! value (`core::family`), on the key `policy|~|{tag}` (`core::policy::slot_tag`), so that a
+//! subject costs tens of bytes instead of a key per limiter.
+//!
+//! A family knows the limiters its states were recorded under (its layout: each limiter's
+//! kind and name, in the policy's order) and the parameter sets they were recorded under:
+//! a compact state (`core::kind::Compact`'s `latest` and `tail`) does not carry its
+//! parameters, so that each subject's entry names its set in a byte, and the parameters a
+//! keyed state would hold are the set's. An entry is `set [mask] state*`: `mask` (two
+//! bytes, for a layout of more than one limiter) the limiters that hold a state, each state
+//! 14 bytes (`latest` in 6, `tail` in 8), zeros for one that holds none.
+//!
+//! Its command, `RL.FAMILY`, is the effect of what `RL.HIT` and `RL.POLICY FORGET` decided
+//! on a family (what replicas and the AOF apply, in `RL.APPLY`, never decided again): a
+//! list of operations in bytes, `now` then each one (see [`Op`]).
+//!
+//! Encoding (kind 9): version 1, `n (code len name)* expires_s sets (index params*)* family`,
+//! the family's canonical encoding last (`core::family`): the same subjects and sets give
+//! the same bytes, on a primary and its replicas alike.
+
+use std::borrow::Cow;
+
+use crate::core::codec::{Malformed, Reader, Sink};
+use crate::core::effect::Out;
+use crate::core::error::Error;
+use crate::core::family::{Entry, Family};
+use crate::core::kind::{self, Clock, Command, Encoding, Form, Kind, Mode, Params2, Ran, Reply};
+use crate::core::meta::{self, arg, ArgKind, Info, Keys, Stats};
+use crate::core::{Decision, Duration, Instant, Wait, MAX_TIMESTAMP};
+
+/// The most limiters a family's layout holds: a policy's.
+pub const MAX_LIMITERS: usize = 16;
+/// The longest limiter name: a policy's.
+const MAX_NAME: usize = 64;
+/// The most parameter sets a family holds at once (an entry names its set in a byte).
+pub const MAX_SETS: usize = 255;
+/// The most subjects a family holds: what one step of its upkeep (an index rebuilt, a
+/// layout changed) goes over whole. About 600 at 10 M subjects spread over the 16,384
+/// slots, 6,100 at 100 M; subjects with a hash tag of their own share their tag's family.
+pub const MAX_SUBJECTS: usize = 1 << 15;
+/// The bytes of one limiter's state in an entry: `latest` (below 2^48) in 6, `tail` in 8.
+const STATE: usize = 14;
+
+/// One limiter's state as a family holds it: the parameters it was recorded under, its
+/// latest time and its tail (`core::kind::Compact`'s).
+pub type Packed = (Params2, Instant, u64);
+
+/// A limiter of a family's layout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limiter {
+    /// Its kind's code (`Kind::CODE`).
+    pub code: u8,
+    pub name: Box<[u8]>,
+}
+
+/// A parameter set: every limiter's parameters (those of a limiter without a state are
+/// 0), and how many entries name it; a set no entry names is free (no parameters).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Set {
+    params: Box<[Params2]>,
+    refs: u32,
+}
+
+/// A family of subjects (see the module's docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Subjects(Inner);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Inner {
+    layout: Box<[Limiter]>,
+    sets: Vec<Set>,
+    family: Family,
+    /// The latest empty time a subject was given, in whole seconds: the key's expiry.
+    expires: Instant,
+}
+
+/// Why a subject could not be put.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// The family holds [`MAX_SUBJECTS`].
+    Full,
+    /// Every one of the [`MAX_SETS`] parameter sets is in use.
+    Sets,
+    /// A state that does not fit an entry (a time past 2^48 ms).
+    Unfit,
+    /// An effect's set that this family holds otherwise (not reached: replicas hold what
+    /// their primary holds).
+    Diverged,
+}
+
+impl Refused {
+    pub fn error(self) -> Error {
+        Error::Invalid(match self {
+            Refused::Full => "a compact policy's family holds at most 32768 subjects (subjects with a hash tag of their own share their tag's family)",
+            Refused::Sets => "a compact policy's family holds states under at most 255 parameter sets at once: set the policy again once the older states are empty",
+            Refused::Unfit => "a state past what a compact policy holds",
+            Refused::Diverged => "an RL.FAMILY effect names a parameter set this family holds otherwise",
+        })
+    }
+}
+
+/// Whole seconds at or after `at`, as the family keeps empty times.
+fn ceil_seconds(at: Instant) -> Instant {
+    Instant::from_ms(at.ms().div_ceil(1000).saturating_mul(1000))
+}
+
+/// The bytes of an entry for `n` limiters.
+pub const fn width(n: usize) -> usize {
+    1 + if n > 1 { 2 } else { 0 } + STATE * n
+}
+
+/// An entry being written: `set [mask] state*`.
+struct EntryBytes {
+    buf: [u8; width(MAX_LIMITERS)],
+    len: usize,
+}
+
+impl Subjects {
+    /// An empty family of limiters `layout` (1 to [`MAX_LIMITERS`], names 1 to 64 bytes,
+    /// each of a kind a family holds).
+    pub fn new(layout: Box<[Limiter]>) -> Option<Subjects> {
+        if !valid_layout(&layout) {
+            return None;
+        }
+        let family = Family::new(width(layout.len()))?;
+        Some(Subjects(Inner {
+            layout,
+            sets: Vec::new(),
+            family,
+            expires: Instant::from_ms(0),
+        }))
+    }
+
+    pub fn layout(&self) -> &[Limiter] {
+        &self.0.layout
+    }
+
+    /// How many subjects it holds.
+    pub fn len(&self) -> usize {
+        self.0.family.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.family.is_empty()
+    }
+
+    /// When the key goes: the latest empty time any subject was given, while one is held.
+    pub fn expires(&self) -> Option<Instant> {
+        (!self.is_empty()).then_some(self.0.expires)
+    }
+
+    /// The states `subject` holds, one for each limiter of the layout (`None`: none), and
+    /// when it is empty again; `None` for a subject it does not hold.
+    pub fn read(&self, subject: &[u8], out: &mut [Option<Packed>]) -> Option<Instant> {
+        let e = self.0.family.get(subject)?;
+        self.unpack(e.state, out)?;
+        Some(e.empty_at)
+    }
+
+    fn unpack(&self, state: &[u8], out: &mut [Option<Packed>]) -> Option<()> {
+        let n = self.0.layout.len();
+        let set = self.0.sets.get(usize::from(*state.first()?))?;
+        let (mask, at) = match n {
+            1 => (1u16, 1),
+            _ => (u16::from_le_bytes([*state.get(1)?, *state.get(2)?]), 3),
+        };
+        for (i, slot) in out.iter_mut().enumerate().take(n) {
+            *slot = match mask >> i & 1 {
+                1 => {
+                    let s = state.get(at + STATE * i..at + STATE * (i + 1))?;
+                    let mut latest = [0u8; 8];
+                    latest.get_mut(..6)?.copy_from_slice(s.get(..6)?);
+                    let tail = u64::from_le_bytes(s.get(6..)?.try_into().ok()?);
+                    Some((
+                        *set.params.get(i)?,
+                        Instant::from_ms(u64::from_le_bytes(latest)),
+                        tail,
+                    ))
+                }
+                _ => None,
+            };
+        }
+        Some(())
+    }
+
+    /// The index of the set `params` (an existing one, else a free one), for a new
+    /// entry's.
+    pub fn set_for(&self, params: &[Params2]) -> Result<u8, Refused> {
+        let sets = &self.0.sets;
+        let at = sets
+            .iter()
+            .position(|s| s.refs > 0 && s.params[..] == *params)
+            .or_else(|| sets.iter().position(|s| s.refs == 0))
+            .unwrap_or(sets.len());
+        match u8::try_from(at) {
+            Ok(at) if (at as usize) < MAX_SETS => Ok(at),
+            _ => Err(Refused::Sets),
+        }
+    }
+
+    /// Puts `subject`'s states (one for each limiter of the layout), under the parameter
+    /// set at `set` (given by [`Subjects::set_for`], or by an effect), empty again at
+    /// `empty_at` (kept in whole seconds, rounded up; never earlier than it was).
+    pub fn put(
+        &mut self,
+        subject: &[u8],
+        set: u8,
+        states: &[Option<Packed>],
+        empty_at: Instant,
+    ) -> Result<(), Refused> {
+        let inner = &mut self.0;
+        let n = inner.layout.len();
+        if states.len() != n || empty_at > MAX_TIMESTAMP {
+            return Err(Refused::Unfit);
+        }
+        let mut params = [Params2::default(); MAX_LIMITERS];
+        let mut bytes = EntryBytes {
+            buf: [0; width(MAX_LIMITERS)],
+            len: width(n),
+        };
+        bytes.buf[0] = set;
+        let at = if n > 1 { 3 } else { 1 };
+        let mut mask = 0u16;
+        for (i, s) in states.iter().enumerate() {
+            let Some((p, latest, tail)) = *s else {
+                continue;
+            };
+            if latest.ms() >> 48 != 0 {
+                return Err(Refused::Unfit);
+            }
+            mask |= 1 << i;
+            params[i] = p;
+            let out = &mut bytes.buf[at + STATE * i..at + STATE * (i + 1)];
+            out[..6].copy_from_slice(&latest.ms().to_le_bytes()[..6]);
+            out[6..].copy_from_slice(&tail.to_le_bytes());
+        }
+        if mask == 0 {
+            return Err(Refused::Unfit);
+        }
+        if n > 1 {
+            bytes.buf[1..3].copy_from_slice(&mask.to_le_bytes());
+        }
+        let params = &params[..n];
+        // The set: the one at `set` (its parameters these), or a free one taking them.
+        let index = usize::from(set);
+        match inner.sets.get(index) {
+            Some(s) if s.refs > 0 && s.params[..] != *params => return Err(Refused::Diverged),
+            _ if index >= MAX_SETS || index > inner.sets.len() => return Err(Refused::Diverged),
+            _ => {}
+        }
+        let old = inner.family.get(subject).and_then(|e| e.state.first().copied());
+        if old.is_none() && inner.family.len() >= MAX_SUBJECTS {
+            return Err(Refused::Full);
+        }
+        let empty = ceil_seconds(empty_at);
+        let kept = match inner.family.get(subject) {
+            Some(e) => e.empty_at.max(empty),
+            None => empty,
+        };
+        if !inner.family.put(subject, &bytes.buf[..bytes.len], kept) {
+            return Err(Refused::Unfit);
+        }
+        if index == inner.sets.len() {
+            inner.sets.push(Set::default());
+        }
+        if let Some(s) = inner.sets.get_mut(index) {
+            if s.refs == 0 {
+                s.params = params.into();
+            }
+            s.refs += 1;
+        }
+        if let Some(old) = old {
+            release(&mut inner.sets, old);
+        }
+        inner.expires = inner.expires.max(kept);
+        Ok(())
+    }
+
+    /// Removes `subject`: whether it held one.
+    pub fn forget(&mut self, subject: &[u8]) -> bool {
+        let inner = &mut self.0;
+        let Some(set) = inner.family.get(subject).and_then(|e| e.state.first().copied()) else {
+            return false;
+        };
+        inner.family.remove(subject);
+        release(&mut inner.sets, set);
+        true
+    }
+
+    /// Removes the subjects empty at `now` among the next `budget` slots of the index (see
+    /// `core::family::Family::sweep`), handing each to `removed`: how many.
+    pub fn sweep(&mut self, now: Instant, budget: usize, mut removed: impl FnMut(&[u8])) -> usize {
+        let Inner { family, sets, .. } = &mut self.0;
+        family.sweep_with(now, budget, |e: Entry<'_>| {
+            if let Some(&set) = e.state.first() {
+                release(sets, set);
+            }
+            removed(e.subject);
+        })
+    }
+
+    /// The slots of its index, what a whole sweep goes over.
+    pub fn index_len(&self) -> usize {
+        self.0.family.index_len()
+    }
+
+    /// The family under another layout (the policy's limiters changed): each subject keeps
+    /// the states of the limiters of the same kind and name, the others start without; a
+    /// subject left with none goes. Goes over every subject (at most [`MAX_SUBJECTS`]).
+    pub fn relayout(&self, layout: Box<[Limiter]>) -> Option<Subjects> {
+        let mut new = Subjects::new(layout)?;
+        let from: Vec<Option<usize>> = new
+            .0
+            .layout
+            .iter()
+            .map(|l| self.0.layout.iter().position(|o| o == l))
+            .collect();
+        let mut old = [None; MAX_LIMITERS];
+        let mut states = [None; MAX_LIMITERS];
+        let n = new.0.layout.len();
+        let mut subjects: Vec<Entry<'_>> = self.0.family.entries().collect();
+        subjects.sort_unstable_by(|a, b| a.subject.cmp(b.subject));
+        for e in subjects {
+            self.unpack(e.state, &mut old)?;
+            for (s, f) in states.iter_mut().zip(&from) {
+                *s = f.and_then(|f| old.get(f).copied().flatten());
+            }
+            let states = &states[..n];
+            if states.iter().all(Option::is_none) {
+                continue;
+            }
+            let params: Vec<Params2> = states
+                .iter()
+                .map(|s| s.map_or(Params2::default(), |s| s.0))
+                .collect();
+            let set = new.set_for(&params).ok()?;
+            new.put(e.subject, set, states, e.empty_at).ok()?;
+        }
+        new.0.expires = self.0.expires;
+        Some(new)
+    }
+
+    /// Bytes it holds on the heap besides its box.
+    fn heap(&self) -> usize {
+        let inner = &self.0;
+        std::mem::size_of::<Inner>()
+            + inner.family.heap_size()
+            + inner
+                .layout
+                .iter()
+                .map(|l| std::mem::size_of::<Limiter>() + l.name.len())
+                .sum::<usize>()
+            + inner.sets.capacity() * std::mem::size_of::<Set>()
+            + inner
+                .sets
+                .iter()
+                .map(|s| s.params.len() * std::mem::size_of::<Params2>())
+                .sum::<usize>()
+    }
+}
+
+/// One entry less names set `set`: freed when none does (the free sets at the end dropped,
+/// as a decode leaves them).
+fn release(sets: &mut Vec<Set>, set: u8) {
+    if let Some(s) = sets.get_mut(usize::from(set)) {
+        s.refs = s.refs.saturating_sub(1);
+        if s.refs == 0 {
+            s.params = Box::default();
+        }
+    }
+    while sets.last().is_some_and(|s| s.refs == 0) {
+        sets.pop();
+    }
+}
+
+fn valid_layout(layout: &[Limiter]) -> bool {
+    (1..=MAX_LIMITERS).contains(&layout.len())
+        && layout.iter().enumerate().all(|(i, l)| {
+            (1..=MAX_NAME).contains(&l.name.len())
+                && kind::packed_check(l.code).is_some()
+                && !layout[..i].iter().any(|o| o.name == l.name)
+        })
+}
+
+impl Kind for Subjects {
+    const COMMAND: &'static str = "RL.HIT";
+    const CODE: u8 = 9;
+    const FORM: Form = Form::Boxed;
+
+    /// Its expiry: what an effect's time is measured against (never behind it).
+    fn latest_time(&self) -> Instant {
+        self.0.expires
+    }
+
+    fn empty_time(&self) -> Option<Instant> {
+        self.expires()
+    }
+
+    fn peekable(&self) -> Result<(), Error> {
+        Err(not_a_limiter())
+    }
+
+    fn peek(&self, _now: Instant) -> Decision {
+        nothing()
+    }
+
+    fn peek_cost(&self, _now: Instant, _cost: u64) -> Decision {
+        nothing()
+    }
+
+    fn refund(&mut self, _now: Instant, _units: u64) -> Result<Decision, Error> {
+        Err(not_a_limiter())
+    }
+
+    fn refundable(&self) -> Result<(), Error> {
+        Err(not_a_limiter())
+    }
+
+    fn charge(&mut self, _now: Instant, _units: u64) -> Result<Option<Decision>, Error> {
+        Err(not_a_limiter())
+    }
+
+    fn can_charge(&self, _now: Instant, _units: u64) -> Result<bool, Error> {
+        Err(not_a_limiter())
+    }
+}
+
+/// What no call answers (a family is read by subject, not peeked).
+fn nothing() -> Decision {
+    Decision {
+        allowed: false,
+        limit: 0,
+        remaining: 0,
+        retry_after: Wait::None,
+        reset_after: Duration::ZERO,
+    }
+}
+
+fn not_a_limiter() -> Error {
+    Error::Invalid("the key holds a compact policy's subjects: read one with RL.POLICY SUBJECT, remove one with RL.POLICY FORGET")
+}
+
+impl Encoding for Subjects {
+    const VERSION: u8 = 1;
+
+    fn encode<S: Sink>(&self, out: &mut S) {
+        let inner = &self.0;
+        out.varint(inner.layout.len() as u64);
+        for l in &inner.layout[..] {
+            out.put(&[l.code]);
+            out.varint(l.name.len() as u64);
+            out.put(&l.name);
+        }
+        out.varint(inner.expires.ms() / 1000);
+        let used = inner.sets.iter().filter(|s| s.refs > 0).count();
+        out.varint(used as u64);
+        for (i, s) in inner.sets.iter().enumerate().filter(|(_, s)| s.refs > 0) {
+            out.varint(i as u64);
+            for p in &s.params[..] {
+                out.varint(p.a);
+                out.varint(p.b);
+            }
+        }
+        inner.family.encode(out);
+    }
+
+    fn decode(version: u8, r: &mut Reader) -> Result<Self, Malformed> {
+        if version != 1 {
+            return Err(Malformed("no such version for this kind"));
+        }
+        let layout = read_layout(r)?;
+        let n = layout.len();
+        let expires = Instant::from_ms(
+            r.varint()?
+                .checked_mul(1000)
+                .filter(|&ms| ms <= MAX_TIMESTAMP.ms() + 999)
+                .ok_or(Malformed("a time out of range"))?,
+        );
+        let count = r.count(1 + 2 * n)?;
+        if count > MAX_SETS {
+            return Err(Malformed("too many parameter sets"));
+        }
+        let mut sets: Vec<Set> = Vec::new();
+        for _ in 0..count {
+            let at = usize::try_from(r.varint()?).unwrap_or(usize::MAX);
+            if at >= MAX_SETS || at < sets.len() {
+                return Err(Malformed("parameter sets out of order"));
+            }
+            sets.resize_with(at, Set::default);
+            let mut params = Vec::with_capacity(n);
+            for _ in 0..n {
+                params.push(Params2 {
+                    a: r.varint()?,
+                    b: r.varint()?,
+                });
+            }
+            sets.push(Set {
+                params: params.into(),
+                refs: 0,
+            });
+        }
+        let family = Family::decode(r)?;
+        if family.width() != width(n) {
+            return Err(Malformed("entries of another width than the layout's"));
+        }
+        if family.is_empty() {
+            return Err(Malformed("a family of no subjects"));
+        }
+        if family.len() > MAX_SUBJECTS {
+            return Err(Malformed("too many subjects"));
+        }
+        let mut s = Subjects(Inner {
+            layout,
+            sets,
+            family,
+            expires,
+        });
+        // Every entry: a set held, states only where its mask says (each a state its
+        // kind could hold under the set's parameters), empty by the key's expiry.
+        let mut states = [None; MAX_LIMITERS];
+        let mut refs = vec![0u32; s.0.sets.len()];
+        for e in s.0.family.entries() {
+            let set = usize::from(e.state.first().copied().unwrap_or(u8::MAX));
+            if s.0.sets.get(set).is_none_or(|s| s.params.is_empty()) {
+                return Err(Malformed("an entry of no parameter set"));
+            }
+            if let Some(r) = refs.get_mut(set) {
+                *r += 1;
+            }
+            if n > 1 {
+                let mask = u16::from_le_bytes([e.state[1], e.state[2]]);
+                if mask == 0 || mask >> n != 0 {
+                    return Err(Malformed("an entry's mask out of its layout"));
+                }
+                for i in 0..n {
+                    if mask >> i & 1 == 0
+                        && e.state[3 + STATE * i..3 + STATE * (i + 1)]
+                            .iter()
+                            .any(|&b| b != 0)
+                    {
+                        return Err(Malformed("a state where the mask says none"));
+                    }
+                }
+            }
+            s.unpack(e.state, &mut states)
+                .ok_or(Malformed("an entry that does not read"))?;
+            for (l, st) in s.0.layout.iter().zip(&states) {
+                let ok = match (st, kind::packed_check(l.code)) {
+                    (None, _) => true,
+                    (Some((p, latest, tail)), Some(check)) => check(*p, *latest, *tail),
+                    (Some(_), None) => false,
+                };
+                if !ok {
+                    return Err(Malformed("a state its kind could not hold"));
+                }
+            }
+            if let (Some(p), Some(set)) = (s.0.sets.get(set), states.first()) {
+                // Absent limiters' parameters are 0 (as put makes them).
+                for (i, st) in states.iter().enumerate().take(n) {
+                    if st.is_none() && p.params.get(i) != Some(&Params2::default()) {
+                        return Err(Malformed("parameters of a limiter without a state"));
+                    }
+                }
+                let _ = set;
+            }
+            if e.empty_at > expires {
+                return Err(Malformed("a subject empty after its family's expiry"));
+            }
+        }
+        for (set, r) in s.0.sets.iter_mut().zip(refs) {
+            if r == 0 && !set.params.is_empty() {
+                return Err(Malformed("a parameter set no subject names"));
+            }
+            set.refs = r;
+        }
+        Ok(s)
+    }
+
+    fn heap_size(&self) -> usize {
+        self.heap()
+    }
+
+    fn allocations(&self) -> usize {
+        3 + self.0.layout.len() + self.0.sets.iter().filter(|s| s.refs > 0).count()
+    }
+}
+
+fn read_layout(r: &mut Reader) -> Result<Box<[Limiter]>, Malformed> {
+    let n = r.count(3)?;
+    if !(1..=MAX_LIMITERS).contains(&n) {
+        return Err(Malformed("a layout of no or too many limiters"));
+    }
+    let mut layout = Vec::with_capacity(n);
+    for _ in 0..n {
+        let code = r.byte()?;
+        let len = r.count(1)?;
+        if len > MAX_NAME {
+            return Err(Malformed("a limiter name too long"));
+        }
+        layout.push(Limiter {
+            code,
+            name: r.bytes(len)?.into(),
+        });
+    }
+    if !valid_layout(&layout) {
+        return Err(Malformed("a layout no compact policy has"));
+    }
+    Ok(layout.into())
+}
+
+/// `RL.FAMILY`: a family's effect (see [`Op`]).
+pub struct FamilyEffect;
+
+/// One operation of an effect, in its bytes:
+/// - `1 n (code len name)*`: the family's layout (a new family, or the policy's limiters
+///   changed: [`Subjects::relayout`]);
+/// - `2 len subject empty_s set params{2n} [mask] (latest tail)*`: a subject's states;
+/// - `3 len subject`: a subject removed.
+// Read one at a time, on the stack: a box for the states would cost an allocation each.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, PartialEq, Eq)]
+pub enum Op<'a> {
+    Layout(Box<[Limiter]>),
+    Put {
+        subject: &'a [u8],
+        empty_at: Instant,
+        set: u8,
+        states: [Option<Packed>; MAX_LIMITERS],
+    },
+    Forget(&'a [u8]),
+}
+
+const LAYOUT: u8 = 1;
+const PUT: u8 = 2;
+const FORGET: u8 = 3;
+
+/// A family's effect: its time, and its operations in bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Effect<'a> {
+    pub now: Instant,
+    pub ops: Cow<'a, [u8]>,
+}
+
+/// Writes a family's effect, operation by operation.
+#[derive(Default)]
+pub struct EffectWriter {
+    pub bytes: Vec<u8>,
+}
+
+impl EffectWriter {
+    /// An effect at `now`, after `prefix` (`RL.APPLY`'s bytes before the operations).
+    pub fn new(prefix: &[u8], now: Instant) -> EffectWriter {
+        let mut w = EffectWriter {
+            bytes: prefix.to_vec(),
+        };
+        w.bytes.varint(now.ms());
+        w
+    }
+
+    pub fn layout(&mut self, layout: &[Limiter]) {
+        self.bytes.push(LAYOUT);
+        self.bytes.varint(layout.len() as u64);
+        for l in layout {
+            self.bytes.push(l.code);
+            self.bytes.varint(l.name.len() as u64);
+            self.bytes.put(&l.name);
+        }
+    }
+
+    pub fn put(&mut self, subject: &[u8], empty_at: Instant, set: u8, states: &[Option<Packed>]) {
+        let b = &mut self.bytes;
+        b.push(PUT);
+        b.varint(subject.len() as u64);
+        b.put(subject);
+        b.varint(empty_at.ms().div_ceil(1000));
+        b.push(set);
+        let mut mask = 0u64;
+        for (i, s) in states.iter().enumerate() {
+            let (p, mine) = match s {
+                Some((p, ..)) => (*p, 1),
+                None => (Params2::default(), 0),
+            };
+            mask |= mine << i;
+            b.varint(p.a);
+            b.varint(p.b);
+        }
+        if states.len() > 1 {
+            b.varint(mask);
+        }
+        for (_, latest, tail) in states.iter().flatten() {
+            b.varint(latest.ms());
+            b.varint(*tail);
+        }
+    }
+
+    pub fn forget(&mut self, subject: &[u8]) {
+        self.bytes.push(FORGET);
+        self.bytes.varint(subject.len() as u64);
+        self.bytes.put(subject);
+    }
+}
+
+/// Reads the next operation of an effect; `n` the limiters of the family's layout as it
+/// stands (a layout operation changes it).
+pub fn next_op<'a>(r: &mut Reader<'a>, n: &mut usize) -> Result<Option<Op<'a>>, Malformed> {
+    if r.rest().is_empty() {
+        return Ok(None);
+    }
+    let op = match r.byte()? {
+        LAYOUT => {
+            let layout = read_layout(r)?;
+            *n = layout.len();
+            Op::Layout(layout)
+        }
+        PUT => {
+            let len = r.count(1)?;
+            if !(1..=crate::core::family::MAX_SUBJECT).contains(&len) {
+                return Err(Malformed("a subject of no or too many bytes"));
+            }
+            let subject = r.bytes(len)?;
+            let secs = r.varint()?;
+            if secs > MAX_TIMESTAMP.ms() / 1000 {
+                return Err(Malformed("a time out of range"));
+            }
+            let set = r.byte()?;
+            if !(1..=MAX_LIMITERS).contains(n) {
+                return Err(Malformed("a subject's states before its family's layout"));
+            }
+            let mut params = [Params2::default(); MAX_LIMITERS];
+            for p in params.iter_mut().take(*n) {
+                *p = Params2 {
+                    a: r.varint()?,
+                    b: r.varint()?,
+                };
+            }
+            let mask = match *n {
+                1 => 1,
+                _ => r.varint()?,
+            };
+            if mask == 0 || mask >> *n != 0 {
+                return Err(Malformed("a mask out of the layout"));
+            }
+            let mut states = [None; MAX_LIMITERS];
+            for (i, s) in states.iter_mut().enumerate().take(*n) {
+                if mask >> i & 1 == 1 {
+                    *s = Some((params[i], Instant::from_ms(r.varint()?), r.varint()?));
+                } else if params[i] != Params2::default() {
+                    return Err(Malformed("parameters of a limiter without a state"));
+                }
+            }
+            Op::Put {
+                subject,
+                empty_at: Instant::from_ms(secs * 1000),
+                set,
+                states,
+            }
+        }
+        FORGET => {
+            let len = r.count(1)?;
+            Op::Forget(r.bytes(len)?)
+        }
+        _ => return Err(Malformed("an RL.FAMILY operation of no known kind")),
+    };
+    Ok(Some(op))
+}
+
+/// Checks an effect's operations against the family `state` (`None`: a missing key), before
+/// any is applied: each readable, a layout before any subject, each state one its kind
+/// could hold.
+pub fn check(state: Option<&Subjects>, ops: &[u8]) -> Result<(), Error> {
+    let mut n = state.map_or(0, |s| s.layout().len());
+    let mut layout: Option<Box<[Limiter]>> = state.map(|s| s.0.layout.clone());
+    let mut r = Reader::new(ops);
+    while let Some(op) = next_op(&mut r, &mut n).map_err(|e| Error::BadPayload(e.0))? {
+        match op {
+            Op::Layout(l) => layout = Some(l),
+            Op::Put { states, .. } => {
+                let layout = layout.as_deref().ok_or(Error::BadPayload("no layout"))?;
+                for (l, s) in layout.iter().zip(&states) {
+                    if let Some((p, latest, tail)) = *s {
+                        if !kind::packed_check(l.code).is_some_and(|c| c(p, latest, tail)) {
+                            return Err(Error::BadPayload("a state its kind could not hold"));
+                        }
+                    }
+                }
+            }
+            Op::Forget(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// Applies one operation to a family.
+pub fn apply_op(s: &mut Subjects, op: Op<'_>) -> Result<(), Error> {
+    match op {
+        Op::Layout(l) => {
+            if l != s.0.layout {
+                *s = s
+                    .relayout(l)
+                    .ok_or(Error::BadPayload("a layout no compact policy has"))?;
+            }
+        }
+        Op::Put {
+            subject,
+            empty_at,
+            set,
+            states,
+        } => {
+            let n = s.layout().len();
+            let states = states.get(..n).unwrap_or_default();
+            s.put(subject, set, states, empty_at)
+                .map_err(Refused::error)?;
+        }
+        Op::Forget(subject) => {
+            s.forget(subject);
+        }
+    }
+    Ok(())
+}
+
+/// Applies an effect's operations (checked: [`check`]) to a family; a missing one is made
+/// by the first (a layout). `Ok(None)` for a new family that holds nothing after them.
+fn apply(state: Option<&mut Subjects>, ops: &[u8]) -> Result<Option<Subjects>, Error> {
+    let malformed = |e: Malformed| Error::BadPayload(e.0);
+    let mut r = Reader::new(ops);
+    let mut n = state.as_ref().map_or(0, |s| s.layout().len());
+    let mut made = None;
+    let s = match state {
+        Some(s) => s,
+        None => match next_op(&mut r, &mut n).map_err(malformed)? {
+            Some(Op::Layout(l)) => made.insert(
+                Subjects::new(l).ok_or(Error::BadPayload("a layout no compact policy has"))?,
+            ),
+            Some(_) => return Err(Error::BadPayload("no layout")),
+            None => return Ok(None),
+        },
+    };
+    while let Some(op) = next_op(&mut r, &mut n).map_err(malformed)? {
+        apply_op(s, op)?;
+    }
+    Ok(made.filter(|s| !s.is_empty()))
+}
+
+static FAMILY_INFO: Info = Info {
+    name: "RL.FAMILY",
+    event: c"rl.family",
+    summary: "The effect of RL.HIT and RL.POLICY FORGET on a compact policy's family of subjects (what replicas and the AOF apply, inside RL.APPLY); a client's call is refused",
+    complexity: "O(N) in the subjects it changes",
+    arity: 3,
+    keys: Keys::First,
+    flags: "write deny-oom admin",
+    categories: "admin dangerous slow",
+    own_category: false,
+    args: &[meta::KEY, arg("effect", ArgKind::String)],
+    stats: Stats::new(),
+};
+
+impl Command for FamilyEffect {
+    type Kind = Subjects;
+    const INFO: &'static Info = &FAMILY_INFO;
+    type Call<'a> = Effect<'a>;
+    const EFFECT_CODE: u8 = 10;
+    const ALONE: bool = false;
+
+    /// An effect's one word: its bytes in hex (`RL.APPLY` carries them as they are, see
+    /// `core::effect::BINARY`).
+    fn parse<'a>(words: &[&'a [u8]], effect: bool) -> Result<Effect<'a>, Error> {
+        if !effect {
+            return Err(Error::Invalid(
+                "RL.FAMILY is the effect of RL.HIT on a compact policy: it comes inside RL.APPLY",
+            ));
+        }
+        let [word] = words else {
+            return Err(Error::Arity);
+        };
+        let bytes = crate::core::effect::from_hex(word)
+            .ok_or(Error::BadPayload("an RL.FAMILY effect is its bytes in hex"))?;
+        let mut r = Reader::new(&bytes);
+        let now = r.varint().map_err(|e| Error::BadPayload(e.0))?;
+        if now > MAX_TIMESTAMP.ms() {
+            return Err(Error::BadPayload("a time out of range"));
+        }
+        Ok(Effect {
+            now: Instant::from_ms(now),
+            ops: Cow::Owned(r.rest().to_vec()),
+        })
+    }
+
+    fn owned(call: &Effect<'_>) -> Effect<'static> {
+        Effect {
+            now: call.now,
+            ops: Cow::Owned(call.ops.to_vec()),
+        }
+    }
+
+    fn now(call: &Effect<'_>) -> Option<Instant> {
+        Some(call.now)
+    }
+
+    fn run(
+        state: Option<&mut Subjects>,
+        call: &Effect<'_>,
+        _clock: Clock,
+        mode: Mode,
+    ) -> Result<Ran<Subjects>, Error> {
+        if mode == Mode::Decide {
+            return Err(Error::Invalid("RL.FAMILY comes inside RL.APPLY only"));
+        }
+        check(state.as_deref(), &call.ops)?;
+        if mode == Mode::Check {
+            return Ok(Ran::unchanged(Reply::Ok));
+        }
+        let (change, reply) = match state {
+            Some(s) => {
+                let before = s.expires();
+                apply(Some(&mut *s), &call.ops)?;
+                let after = s.expires();
+                (kind::Change::Held { before, after }, Reply::Ok)
+            }
+            None => match apply(None, &call.ops)? {
+                Some(state) => {
+                    let empty = state.expires();
+                    (kind::Change::New { state, empty }, Reply::Ok)
+                }
+                None => return Ok(Ran::unchanged(Reply::Ok)),
+            },
+        };
+        Ok(Ran {
+            reply,
+            change,
+            wait: false,
+        })
+    }
+
+    /// Not reached: a client's call is refused, and `RL.HIT` writes its effect itself.
+    fn effect<O: Out>(call: &Effect<'_>, _reply: &Reply, _at: Instant, out: &mut O) {
+        let mut bytes = Vec::new();
+        bytes.varint(call.now.ms());
+        bytes.extend_from_slice(&call.ops);
+        out.hex(&bytes);
+    }
+
+    fn refusal(_state: Option<&Subjects>, _call: &Effect<'_>, _now: Instant) -> Reply {
+        Reply::Nil
+    }
+
+    fn evaluate(_state: &Subjects, _call: &Effect<'_>, _now: Instant) -> Decision {
+        nothing()
+    }
+
+    fn evaluate_free(_state: &Subjects, _call: &Effect<'_>, _now: Instant) -> Decision {
+        nothing()
+    }
+
+    fn commit(_state: &mut Subjects, _call: &Effect<'_>, _now: Instant) -> Option<Reply> {
+        None
+    }
+
+    fn cost(_call: &Effect<'_>) -> u64 {
+        0
+    }
+
+    fn set_cost(_call: &mut Effect<'_>, _cost: u64) {}
+}
+
+/// No sample call: a family is made by `RL.HIT` on a compact policy, not by a command of its
+/// own (its states are covered by its own tests and the compact policies' tests).
+#[cfg(test)]
+impl crate::core::sample::Sample for Subjects {
+    fn sample_words(_p: [u8; 4], _now: Instant) -> String {
+        "FAMILY 00".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests;

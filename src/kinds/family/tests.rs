@@ -1,0 +1,187 @@
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use super::*;
+
+const T0: Instant = Instant::from_ms(1_700_000_000_000);
+const TOKEN: u8 = 2;
+const FIXED: u8 = 4;
+
+fn layout(names: &[(&str, u8)]) -> Box<[Limiter]> {
+    names
+        .iter()
+        .map(|(n, code)| Limiter {
+            code: *code,
+            name: n.as_bytes().into(),
+        })
+        .collect()
+}
+
+/// A token bucket's packed state that its kind holds: `limit` tokens a second, `debt`
+/// below the window.
+fn token(limit: u64, latest: Instant, debt: u64) -> Packed {
+    let g = crate::core::gcra::Gcra::with_state(
+        &crate::core::gcra::Params {
+            limit,
+            window_ms: 1000,
+            burst: limit,
+            max_delay_ms: 0,
+        },
+        latest,
+        debt.min(999),
+    );
+    crate::core::gcra::encoding::pack(&g).unwrap()
+}
+
+fn encode(s: &Subjects) -> Vec<u8> {
+    let mut out = Vec::new();
+    s.encode(&mut out);
+    out
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Put(u8, u8, u8, u16, u32),
+    Forget(u8),
+    Sweep(u32, u8),
+    Relayout(u8),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => (0u8..60, 1u8..4, 0u8..4, any::<u16>(), 0u32..100_000)
+            .prop_map(|(s, l, m, d, t)| Op::Put(s, l, m, d, t)),
+        2 => (0u8..60).prop_map(Op::Forget),
+        2 => (0u32..100_000, any::<u8>()).prop_map(|(t, b)| Op::Sweep(t, b)),
+        1 => (0u8..4).prop_map(Op::Relayout),
+    ]
+}
+
+const LAYOUTS: [&[(&str, u8)]; 4] = [
+    &[("a", TOKEN)],
+    &[("a", TOKEN), ("b", TOKEN)],
+    &[("b", TOKEN), ("c", FIXED)],
+    &[("b", TOKEN), ("a", TOKEN)],
+];
+
+proptest! {
+    /// Any mix of puts, forgets, sweeps and layout changes: the family reads back from its
+    /// encoding as it is (the same bytes again), and a replica applying each change as
+    /// its effect holds the same.
+    #[test]
+    fn a_family_reads_back_and_replicates_as_it_is(ops in prop::collection::vec(op(), 1..300)) {
+        crate::install();
+        let mut s = Subjects::new(layout(LAYOUTS[0])).unwrap();
+        let mut replica = s.clone();
+        let mut model: BTreeMap<Vec<u8>, Vec<Option<Packed>>> = BTreeMap::new();
+        for op in ops {
+            let mut effect = EffectWriter::new(&[], T0);
+            match op {
+                Op::Put(n, limit, mask, debt, t) => {
+                    let subject = format!("subject:{n:04}").into_bytes();
+                    let at = T0 + u64::from(t);
+                    let width = s.layout().len();
+                    let states: Vec<Option<Packed>> = (0..width)
+                        .map(|i| match (mask >> i & 1 == 1 || i + 1 == width, s.layout()[i].code) {
+                            (true, TOKEN) => Some(token(u64::from(limit), at, u64::from(debt))),
+                            _ => None,
+                        })
+                        .collect();
+                    if states.iter().all(Option::is_none) {
+                        continue;
+                    }
+                    let params: Vec<Params2> =
+                        states.iter().map(|s| s.map_or(Params2::default(), |p| p.0)).collect();
+                    let set = s.set_for(&params).unwrap();
+                    s.put(&subject, set, &states, at + 1000).unwrap();
+                    effect.put(&subject, at + 1000, set, &states);
+                    model.insert(subject, states);
+                }
+                Op::Forget(n) => {
+                    let subject = format!("subject:{n:04}").into_bytes();
+                    prop_assert_eq!(s.forget(&subject), model.remove(&subject).is_some());
+                    effect.forget(&subject);
+                }
+                Op::Sweep(t, budget) => {
+                    s.sweep(T0 + u64::from(t), usize::from(budget), |gone| {
+                        model.remove(gone);
+                        effect.forget(gone);
+                    });
+                }
+                Op::Relayout(l) => {
+                    let new = layout(LAYOUTS[usize::from(l)]);
+                    effect.layout(&new);
+                    if *s.layout() != *new {
+                        s = s.relayout(new).unwrap();
+                    }
+                    model.clear();
+                    for e in s.0.family.entries() {
+                        let mut out = [None; MAX_LIMITERS];
+                        s.unpack(e.state, &mut out).unwrap();
+                        model.insert(e.subject.to_vec(), out[..s.layout().len()].to_vec());
+                    }
+                }
+            }
+            // The replica: the effect's bytes, checked, then applied.
+            let mut r = Reader::new(&effect.bytes);
+            r.varint().unwrap();
+            let ops = r.rest();
+            check(Some(&replica), ops).unwrap();
+            if apply(Some(&mut replica), ops).is_err() {
+                prop_assert!(false, "the replica refused {:?}", ops);
+            }
+            prop_assert_eq!(encode(&replica), encode(&s));
+            prop_assert_eq!(s.len(), model.len());
+            if !s.is_empty() {
+                let bytes = encode(&s);
+                let mut r = Reader::new(&bytes);
+                let back = Subjects::decode(1, &mut r);
+                prop_assert!(r.rest().is_empty());
+                prop_assert_eq!(back.as_ref().map(encode), Ok(bytes.clone()));
+                prop_assert_eq!(back.as_ref().ok(), Some(&s));
+            }
+        }
+        for (subject, states) in &model {
+            let mut out = [None; MAX_LIMITERS];
+            prop_assert!(s.read(subject, &mut out).is_some());
+            prop_assert_eq!(&out[..states.len()], &states[..]);
+        }
+    }
+}
+
+#[test]
+fn decoding_refuses_what_no_command_makes() {
+    crate::install();
+    let mut s = Subjects::new(layout(&[("a", TOKEN), ("b", TOKEN)])).unwrap();
+    let states = [Some(token(3, T0, 10)), None];
+    let set = s.set_for(&[states[0].unwrap().0, Params2::default()]).unwrap();
+    s.put(b"x", set, &states, T0 + 1000).unwrap();
+    let good = encode(&s);
+    assert!(Subjects::decode(1, &mut Reader::new(&good)).is_ok());
+    // Each byte changed, or the encoding cut: refused, or a family that encodes as read.
+    for i in 0..good.len() {
+        for delta in [1u8, 0x80] {
+            let mut bad = good.clone();
+            bad[i] = bad[i].wrapping_add(delta);
+            let mut r = Reader::new(&bad);
+            if let (Ok(back), true) = (Subjects::decode(1, &mut r), r.rest().is_empty()) {
+                assert_eq!(encode(&back), bad, "byte {i}");
+            }
+        }
+        assert!(Subjects::decode(1, &mut Reader::new(&good[..i])).is_err(), "cut at {i}");
+    }
+}
+
+#[test]
+fn a_full_family_refuses_new_subjects_only() {
+    crate::install();
+    let mut s = Subjects::new(layout(&[("a", TOKEN)])).unwrap();
+    let st = [Some(token(3, T0, 0))];
+    let set = s.set_for(&[st[0].unwrap().0]).unwrap();
+    for n in 0..MAX_SUBJECTS {
+        s.put(format!("{n}").as_bytes(), set, &st, T0).unwrap();
+    }
+    assert_eq!(s.put(b"one more", set, &st, T0), Err(Refused::Full));
+    assert_eq!(s.put(b"7", set, &st, T0 + 5), Ok(()));
+}

@@ -22,10 +22,12 @@
 #   BENCH_MEMORY_SUBJECTS how many subjects of a policy, for the per-subject table (a list:
 #                        "1000000 10000000"; default: 1000000)
 #   BENCH_MEMORY_PART    keys, subjects, or all (default: all)
+#   BENCH_MEMORY_SUBJECT_KINDS  only the per-subject rows whose name matches (a regex)
 #
 # The per-subject table (issue 30): for each count of subjects, FLUSHALL, then one RL.HIT of
-# each subject (12 bytes: 000000000000 ...) under a policy of one limiter, and the growth of
-# used_memory per subject; beside it SET PX of keys named as the subjects.
+# each subject (12 bytes: 000000000000 ...) under a policy of one limiter, keyed or compact
+# (c-*: COMPACT, issue 30), and the growth of used_memory per subject; beside it SET PX of
+# keys named as the subjects.
 # shellcheck source-path=SCRIPTDIR disable=SC2119 # (lib.sh: functions with optional arguments)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -36,7 +38,7 @@ MAX_X_BUCKET=1.2      # token, leaky, fixed: bytes per key, x set-px
 MAX_SLIDE_ONE=240     # slide-1: bytes per key
 MAX_X_RELOAD=1.5      # every RL.* kind: DEBUG RELOAD CPU time, x set-px's
 
-env_used MODULE CELL_SO BENCH_MEMORY_KEYS BENCH_MEMORY_RELOADS BENCH_MEMORY_SUBJECTS BENCH_MEMORY_PART
+env_used MODULE CELL_SO BENCH_MEMORY_KEYS BENCH_MEMORY_RELOADS BENCH_MEMORY_SUBJECTS BENCH_MEMORY_PART BENCH_MEMORY_SUBJECT_KINDS
 KEYS=${BENCH_MEMORY_KEYS:-1000000}
 RELOADS=${BENCH_MEMORY_RELOADS:-3}
 SUBJECT_COUNTS=${BENCH_MEMORY_SUBJECTS:-1000000}
@@ -115,7 +117,13 @@ SUBJECT_KINDS=(
   "fixed       | RL.HIT pfixed __key__        | pfixed f FIXED 100 86400000"
   "throttle    | RL.HIT pthrottle __key__     | pthrottle c THROTTLE 99 100 86400"
   "slide-1     | RL.HIT pslide __key__        | pslide s SLIDE 100 86400000"
+  "c-token     | RL.HIT ctoken __key__        | ctoken COMPACT t TOKEN 100 86400000"
+  "c-leaky     | RL.HIT cleaky __key__        | cleaky COMPACT l LEAKY 100 86400000"
+  "c-fixed     | RL.HIT cfixed __key__        | cfixed COMPACT f FIXED 100 86400000"
+  "c-throttle  | RL.HIT cthrottle __key__     | cthrottle COMPACT c THROTTLE 99 100 86400"
 )
+# Only the kinds whose name matches this (an extended regex), when set.
+SUBJECT_ONLY=${BENCH_MEMORY_SUBJECT_KINDS:-}
 S_NAMES=() S_COUNT=() S_BYTES=()
 if [[ $PART != keys ]] && rcli COMMAND INFO RL.HIT | grep -qi rl.hit; then
   for n in $SUBJECT_COUNTS; do
@@ -123,13 +131,17 @@ if [[ $PART != keys ]] && rcli COMMAND INFO RL.HIT | grep -qi rl.hit; then
     for line in "${SUBJECT_KINDS[@]}"; do
       IFS='|' read -r name cmd policy <<<"$line"
       name=$(trim "$name") cmd=$(trim "$cmd") policy=$(trim "${policy:-}")
+      [[ -z $SUBJECT_ONLY || $name =~ $SUBJECT_ONLY ]] || continue
       if [[ -n $policy ]]; then
         # shellcheck disable=SC2086 # (the policy's words)
         [[ $(rcli RL.POLICY SET $policy) == OK ]] || die "RL.POLICY SET $policy failed"
       fi
       rcli FLUSHALL SYNC >/dev/null
       before=$(used_memory)
-      fill_kind "$name" "$cmd" "$n" 1800 "%012d"
+      # A compact policy's subjects are in one key per hash slot they fall in.
+      want=$n
+      [[ $policy != *COMPACT* ]] || want=$((n < 16384 ? -1 : 16384))
+      fill_kind "$name" "$cmd" "$n" 1800 "%012d" "$want"
       after=$(used_memory)
       S_NAMES+=("$name") S_COUNT+=("$n")
       S_BYTES+=("$(awk -v a="$after" -v b="$before" -v n="$n" 'BEGIN { printf "%.1f", (a - b) / n }')")

@@ -34,19 +34,25 @@ pub const MAX_SUBJECTS: usize = 1 << 24;
 const FREE: u32 = 0;
 /// Index slot: a removed entry (probing goes on past it).
 const GONE: u32 = u32::MAX;
+/// An index slot holding an entry: `offset + 1` in its low 24 bits, and the top 8 bits of
+/// the subject's hash above them (most slots of other subjects are passed without reading
+/// their entry). [`GONE`]'s low bits are no offset: the arena stays below them.
+const OFFSET_MASK: u32 = (1 << 24) - 1;
+/// The most bytes a family's arena holds (so that every offset fits a slot).
+pub const MAX_ARENA: usize = (1 << 24) - 2;
 
 /// One family's subjects.
 #[derive(Clone, Debug, Default)]
 pub struct Family {
-    width: usize,
     arena: Vec<u8>,
-    /// `offset + 1` of an entry in `arena`, [`FREE`] or [`GONE`].
+    /// An entry's slot (its offset in `arena` and bits of its hash), [`FREE`] or [`GONE`].
     index: Vec<u32>,
-    live: usize,
-    gone: usize,
-    dead_bytes: usize,
+    width: u16,
+    live: u32,
+    gone: u32,
+    dead_bytes: u32,
     /// Where the next sweep starts, in `index`.
-    hand: usize,
+    hand: u32,
 }
 
 impl PartialEq for Family {
@@ -70,6 +76,28 @@ fn seconds(at: Instant) -> u32 {
     u32::try_from(at.ms().div_ceil(1000)).unwrap_or(u32::MAX)
 }
 
+/// The arena offset a slot holds, `None` for a free or removed one.
+#[inline(always)]
+fn offset_of(slot: u32) -> Option<usize> {
+    match slot {
+        FREE | GONE => None,
+        s => Some((s & OFFSET_MASK) as usize - 1),
+    }
+}
+
+/// The slot of an entry at `offset` whose subject hashes to `h`.
+#[inline(always)]
+fn slot_of(offset: usize, h: u64) -> u32 {
+    (offset as u32 + 1) | ((h >> 56) as u32) << 24
+}
+
+/// The index slots for `n` subjects: at most 7/10 full, and all the allocation's size
+/// class holds.
+fn index_size(n: usize) -> usize {
+    let want = (n * 10 / 7 + 1).max(8);
+    super::chunks::class_ceil(want * 4) / 4
+}
+
 fn hash(subject: &[u8]) -> u64 {
     // FNV-1a, then mixed so that the low bits (the index's) depend on every byte.
     let h = fnv1a(FNV_OFFSET, subject);
@@ -89,18 +117,18 @@ impl Family {
     /// An empty family whose subjects hold states of `width` bytes (at most [`MAX_WIDTH`]).
     pub fn new(width: usize) -> Option<Family> {
         (width <= MAX_WIDTH).then(|| Family {
-            width,
+            width: width as u16,
             ..Family::default()
         })
     }
 
     pub fn width(&self) -> usize {
-        self.width
+        usize::from(self.width)
     }
 
     /// How many subjects it holds.
     pub fn len(&self) -> usize {
-        self.live
+        self.live as usize
     }
 
     pub fn is_empty(&self) -> bool {
@@ -119,8 +147,8 @@ impl Family {
         };
         let subject = self.arena.get(at + head..at + head + len)?;
         let state_at = at + head + len;
-        let state = self.arena.get(state_at..state_at + self.width)?;
-        let time_at = state_at + self.width;
+        let state = self.arena.get(state_at..state_at + self.width())?;
+        let time_at = state_at + self.width();
         let time: [u8; 4] = self.arena.get(time_at..time_at + 4)?.try_into().ok()?;
         let entry = Entry {
             subject,
@@ -132,23 +160,36 @@ impl Family {
 
     /// The index slot of `subject`, or the slot to put it in: `(slot, found)`.
     fn find(&self, subject: &[u8]) -> Option<(usize, bool)> {
-        let mask = self.index.len().checked_sub(1)?;
-        let mut at = (hash(subject) as usize) & mask;
+        self.find_hashed(subject, hash(subject))
+    }
+
+    fn find_hashed(&self, subject: &[u8], h: u64) -> Option<(usize, bool)> {
+        let len = self.index.len();
+        if len == 0 {
+            return None;
+        }
+        // The start: the low 32 bits of the hash scaled to the index (any length).
+        let mut at = ((h & 0xffff_ffff) * len as u64 >> 32) as usize;
+        let bits = (h >> 56) as u32;
         let mut first_gone = None;
-        for _ in 0..self.index.len() {
+        for _ in 0..len {
             match *self.index.get(at)? {
                 FREE => return Some((first_gone.unwrap_or(at), false)),
                 GONE => {
                     first_gone.get_or_insert(at);
                 }
-                offset => {
-                    let (e, _) = self.entry_at(offset as usize - 1)?;
+                slot if slot >> 24 == bits => {
+                    let (e, _) = self.entry_at((slot & OFFSET_MASK) as usize - 1)?;
                     if e.subject == subject {
                         return Some((at, true));
                     }
                 }
+                _ => {}
             }
-            at = (at + 1) & mask;
+            at += 1;
+            if at == len {
+                at = 0;
+            }
         }
         first_gone.map(|at| (at, false))
     }
@@ -158,44 +199,54 @@ impl Family {
         let (slot, true) = self.find(subject)? else {
             return None;
         };
-        let offset = *self.index.get(slot)?;
-        self.entry_at(offset as usize - 1).map(|(e, _)| e)
+        let offset = offset_of(*self.index.get(slot)?)?;
+        self.entry_at(offset).map(|(e, _)| e)
     }
 
     /// Sets the state and empty time of `subject` (a new subject is added): `false`, and
     /// nothing changed, for a subject or state out of bounds, or a full family.
     pub fn put(&mut self, subject: &[u8], state: &[u8], empty_at: Instant) -> bool {
-        if subject.is_empty() || subject.len() > MAX_SUBJECT || state.len() != self.width {
+        let width = self.width();
+        if subject.is_empty() || subject.len() > MAX_SUBJECT || state.len() != width {
             return false;
         }
         if empty_at > MAX_TIMESTAMP {
             return false;
         }
-        // Room for one more, at most 3/4 full counting the removed slots.
-        if (self.live + self.gone + 1) * 4 > self.index.len() * 3 && !self.grow() {
-            return false;
-        }
-        let Some((slot, found)) = self.find(subject) else {
+        let h = hash(subject);
+        let Some((slot, found)) = self.find_hashed(subject, h).or(Some((0, false))) else {
             return false;
         };
         if found {
             // In place: the same subject, the same width.
-            let Some(&offset) = self.index.get(slot) else {
+            let Some(offset) = self.index.get(slot).copied().and_then(offset_of) else {
                 return false;
             };
-            let at = offset as usize - 1 + len_bytes(subject.len()) + subject.len();
-            if let Some(s) = self.arena.get_mut(at..at + self.width) {
+            let at = offset + len_bytes(subject.len()) + subject.len();
+            if let Some(s) = self.arena.get_mut(at..at + width) {
                 s.copy_from_slice(state);
             }
-            if let Some(t) = self.arena.get_mut(at + self.width..at + self.width + 4) {
+            if let Some(t) = self.arena.get_mut(at + width..at + width + 4) {
                 t.copy_from_slice(&seconds(empty_at).to_le_bytes());
             }
             return true;
         }
-        if self.live >= MAX_SUBJECTS
-            || self.arena.len() + 2 + subject.len() + self.width + 8 > u32::MAX as usize - 1
+        if self.len() >= MAX_SUBJECTS
+            || self.arena.len() - self.dead_bytes as usize + 2 + subject.len() + width + 4
+                > MAX_ARENA
         {
             return false;
+        }
+        // Room for one more, at most 8/10 full counting the removed slots; the arena
+        // without its dead bytes when it would pass its bound.
+        let mut slot = slot;
+        let crowded = (self.len() + self.gone as usize + 1) * 10 > self.index.len() * 8;
+        if crowded || self.arena.len() + 2 + subject.len() + width + 4 > MAX_ARENA {
+            self.rebuild(index_size(self.len() + 1));
+            match self.find_hashed(subject, h) {
+                Some((at, false)) => slot = at,
+                _ => return false,
+            }
         }
         let offset = self.arena.len();
         self.append(subject, state, empty_at);
@@ -203,7 +254,7 @@ impl Family {
             if *s == GONE {
                 self.gone -= 1;
             }
-            *s = offset as u32 + 1;
+            *s = slot_of(offset, h);
         }
         self.live += 1;
         true
@@ -213,7 +264,11 @@ impl Family {
         let len = subject.len();
         let need = 2 + len + state.len() + 4;
         if self.arena.capacity() - self.arena.len() < need {
-            self.arena.reserve_exact(need + self.arena.len() / 8);
+            // A sixteenth more, and what the allocation's size class holds beyond.
+            let at_least = self.arena.len() + need + self.arena.len() / 16;
+            let class = super::chunks::class_ceil(at_least).min(MAX_ARENA);
+            self.arena
+                .reserve_exact(class.max(at_least) - self.arena.len());
         }
         if len < 128 {
             self.arena.push(len as u8);
@@ -237,11 +292,11 @@ impl Family {
     }
 
     fn remove_slot(&mut self, slot: usize) {
-        let Some(&offset) = self.index.get(slot) else {
+        let Some(offset) = self.index.get(slot).copied().and_then(offset_of) else {
             return;
         };
-        if let Some((_, size)) = self.entry_at(offset as usize - 1) {
-            self.dead_bytes += size;
+        if let Some((_, size)) = self.entry_at(offset) {
+            self.dead_bytes += size as u32;
         }
         if let Some(s) = self.index.get_mut(slot) {
             *s = GONE;
@@ -249,60 +304,47 @@ impl Family {
         self.live -= 1;
         self.gone += 1;
         if self.live == 0 {
-            *self = Family::new(self.width).unwrap_or_default();
-        } else if self.dead_bytes * 2 > self.arena.len() {
-            // The index too, down to at least a quarter full, so that memory comes back.
-            let mut size = self.index.len();
-            while size > 8 && self.live * 4 < size {
-                size /= 2;
-            }
+            *self = Family::new(self.width()).unwrap_or_default();
+        } else if self.dead_bytes as usize * 2 > self.arena.len() {
+            // The index too, when under a third full, so that memory comes back.
+            let size = match self.len() * 3 < self.index.len() {
+                true => index_size(self.len()),
+                false => self.index.len(),
+            };
             self.rebuild(size);
         }
-    }
-
-    /// Doubles the index (or makes the first one): `false` past the most subjects.
-    fn grow(&mut self) -> bool {
-        let size = (self.index.len() * 2).max(8);
-        if self.live * 4 < self.index.len() && !self.index.is_empty() {
-            // Mostly removed slots: the same size, without them.
-            self.rebuild(self.index.len());
-            return true;
-        }
-        if size > MAX_SUBJECTS * 2 {
-            return false;
-        }
-        self.rebuild(size);
-        true
     }
 
     /// The index at `size` slots and the arena without its dead bytes, entries in index order.
     fn rebuild(&mut self, size: usize) {
         let old = std::mem::take(self);
+        let live = old.arena.len() - old.dead_bytes as usize;
         *self = Family {
             width: old.width,
-            index: vec![FREE; size],
-            arena: Vec::with_capacity(old.arena.len() - old.dead_bytes),
+            index: vec![FREE; size.max(1)],
+            arena: Vec::with_capacity(super::chunks::class_ceil(live).min(MAX_ARENA).max(live)),
             ..Family::default()
         };
-        for &offset in &old.index {
-            if offset == FREE || offset == GONE {
-                continue;
-            }
-            if let Some((e, _)) = old.entry_at(offset as usize - 1) {
+        for &slot in &old.index {
+            if let Some((e, _)) = offset_of(slot).and_then(|o| old.entry_at(o)) {
                 let _ = self.put_new(e);
             }
         }
     }
 
-    /// Adds an entry known to be new (a rebuild, a decode).
+    /// Adds an entry known to be new (a rebuild, a decode), the index long enough.
     fn put_new(&mut self, e: Entry<'_>) -> bool {
-        let Some((slot, false)) = self.find(e.subject) else {
+        let h = hash(e.subject);
+        let Some((slot, false)) = self.find_hashed(e.subject, h) else {
             return false;
         };
         let offset = self.arena.len();
+        if offset + 2 + e.subject.len() + e.state.len() + 4 > MAX_ARENA {
+            return false;
+        }
         self.append(e.subject, e.state, e.empty_at);
         if let Some(s) = self.index.get_mut(slot) {
-            *s = offset as u32 + 1;
+            *s = slot_of(offset, h);
         }
         self.live += 1;
         true
@@ -325,15 +367,12 @@ impl Family {
     ) -> usize {
         let mut removed = 0;
         for _ in 0..budget.min(self.index.len()) {
-            let slot = self.hand % self.index.len().max(1);
-            self.hand = slot + 1;
-            let Some(&offset) = self.index.get(slot) else {
-                break;
-            };
-            if offset == FREE || offset == GONE {
+            let slot = self.hand as usize % self.index.len().max(1);
+            self.hand = slot as u32 + 1;
+            let Some(offset) = self.index.get(slot).copied().and_then(offset_of) else {
                 continue;
-            }
-            let empty = match self.entry_at(offset as usize - 1) {
+            };
+            let empty = match self.entry_at(offset) {
                 Some((e, _)) if e.empty_at <= now => {
                     removing(e);
                     true
@@ -361,10 +400,9 @@ impl Family {
 
     /// Every entry, in no particular order.
     pub fn entries(&self) -> impl Iterator<Item = Entry<'_>> + '_ {
-        self.index.iter().filter_map(move |&o| match o {
-            FREE | GONE => None,
-            o => self.entry_at(o as usize - 1).map(|(e, _)| e),
-        })
+        self.index
+            .iter()
+            .filter_map(move |&slot| offset_of(slot).and_then(|o| self.entry_at(o)).map(|(e, _)| e))
     }
 
     fn entries_sorted(&self) -> Vec<Entry<'_>> {
@@ -380,14 +418,18 @@ impl Family {
 
     /// Bytes it holds on the heap (its index and arena, as allocated).
     pub fn heap_size(&self) -> usize {
-        self.index.capacity() * 4 + self.arena.capacity()
+        let class = |bytes: usize| match bytes {
+            0 => 0,
+            b => super::chunks::class_ceil(b),
+        };
+        class(self.index.capacity() * 4) + class(self.arena.capacity())
     }
 
     /// The canonical encoding: `width count (len subject state empty_at)*`, subjects in byte
     /// order, `empty_at` in seconds.
     pub fn encode<S: Sink>(&self, out: &mut S) {
-        out.varint(self.width as u64);
-        out.varint(self.live as u64);
+        out.varint(u64::from(self.width));
+        out.varint(u64::from(self.live));
         for e in self.entries_sorted() {
             out.varint(e.subject.len() as u64);
             out.put(e.subject);
@@ -405,11 +447,7 @@ impl Family {
         if count > MAX_SUBJECTS {
             return Err(Malformed("too many subjects"));
         }
-        let mut size = 8;
-        while count * 4 > size * 3 {
-            size *= 2;
-        }
-        f.index = vec![FREE; size];
+        f.index = vec![FREE; index_size(count)];
         let mut last: Option<&[u8]> = None;
         for _ in 0..count {
             let len = r.varint()?;

@@ -12,7 +12,7 @@ use crate::kinds::family::Packed;
 use crate::rm::key::Key;
 
 /// Where a limiter's state is: a key, for the server ([`Key`]), or a test's store. The
-/// decision ([`decide`]) works on any.
+/// decision (`limiters::decide`) works on any.
 pub trait Slot {
     /// A state lent by the slot.
     type Held<'s, K: Storable>: DerefMut<Target = K>

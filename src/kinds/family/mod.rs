@@ -262,6 +262,8 @@ impl Subjects {
             return Err(Refused::Unfit);
         }
         if index == inner.sets.len() {
+            // Most families hold one set: no room kept for more.
+            inner.sets.reserve_exact(1);
             inner.sets.push(Set::default());
         }
         if let Some(s) = inner.sets.get_mut(index) {

@@ -36,7 +36,7 @@ HAVE_LIBCLANG := if command -v dpkg; then dpkg -s libclang-dev; \
                       { ldconfig -p || /sbin/ldconfig -p; } | grep -q libclang; fi
 HAVE_SERVER   := command -v redis-server && command -v redis-cli && command -v redis-benchmark
 
-.PHONY: help deps build-deps build run dist wheel cluster cluster-stop test test-redis-8.2 test-examples test-clients test-wheel examples-deps compat bench bench-instr bench-ab bench-memory bench-reload bigkeys accuracy fuzz lint fmt clean
+.PHONY: help deps build-deps build run dist wheel cluster cluster-stop test test-redis-8.2 test-examples test-clients test-wheel examples-deps compat bench bench-instr bench-ab bench-memory bench-reload bigkeys families accuracy fuzz lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
@@ -179,6 +179,9 @@ bench-reload: build ## Instructions per key of DEBUG RELOAD under callgrind, a t
 
 bigkeys: build ## RL.SLIDE keys of 1M to 10M records: SLOWLOG and CPU time per call, memory per record (a table)
 	cargo run --release --example bigkeys
+
+families: build ## A compact policy's calls on one family of 610, 6,100 and 32,768 subjects: SLOWLOG per call, DUMP/RESTORE/MIGRATE, DEBUG RELOAD (a table)
+	cargo run --release --example families
 
 accuracy: build ## RL.SUBWIN against the exact RL.SLIDE on simulated traffic (a table)
 	cargo run --release --example accuracy

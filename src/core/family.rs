@@ -53,6 +53,8 @@ pub struct Family {
     dead_bytes: u32,
     /// Where the next sweep starts, in `index`.
     hand: u32,
+    /// When the last sweep ran, in whole seconds (0: none yet).
+    swept_at: u32,
 }
 
 impl PartialEq for Family {
@@ -62,6 +64,22 @@ impl PartialEq for Family {
 }
 
 impl Eq for Family {}
+
+/// Where a subject is, or would go, in a family's index ([`Family::locate`]): good until
+/// the family changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Place {
+    slot: usize,
+    found: bool,
+    hash: u64,
+}
+
+impl Place {
+    /// Whether the family holds the subject.
+    pub fn found(&self) -> bool {
+        self.found
+    }
+}
 
 /// A subject's entry, as read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,7 +187,7 @@ impl Family {
             return None;
         }
         // The start: the low 32 bits of the hash scaled to the index (any length).
-        let mut at = ((h & 0xffff_ffff) * len as u64 >> 32) as usize;
+        let mut at = (((h & 0xffff_ffff) * len as u64) >> 32) as usize;
         let bits = (h >> 56) as u32;
         let mut first_gone = None;
         for _ in 0..len {
@@ -194,6 +212,50 @@ impl Family {
         first_gone.map(|at| (at, false))
     }
 
+    /// Where `subject` is, or would go.
+    pub fn locate(&self, subject: &[u8]) -> Place {
+        let hash = hash(subject);
+        let (slot, found) = self.find_hashed(subject, hash).unwrap_or((0, false));
+        Place { slot, found, hash }
+    }
+
+    /// The entry at `place` (located in this family as it is), if it holds one.
+    pub fn entry_at_place(&self, place: Place) -> Option<Entry<'_>> {
+        if !place.found {
+            return None;
+        }
+        let offset = offset_of(*self.index.get(place.slot)?)?;
+        self.entry_at(offset).map(|(e, _)| e)
+    }
+
+    /// The state and empty time of the entry at `place` (located in this family as it is),
+    /// to change in place: its state's bytes, and its empty time as it keeps it (whole
+    /// seconds, rounded up: [`Family::seconds`]).
+    pub fn entry_mut(&mut self, place: Place) -> Option<(&mut [u8], &mut [u8; 4])> {
+        if !place.found {
+            return None;
+        }
+        let offset = offset_of(*self.index.get(place.slot)?)?;
+        let first = usize::from(*self.arena.get(offset)?);
+        let (len, head) = match first < 128 {
+            true => (first, 1),
+            false => (
+                (first & 0x7f) << 8 | usize::from(*self.arena.get(offset + 1)?),
+                2,
+            ),
+        };
+        let at = offset + head + len;
+        let width = self.width();
+        let bytes = self.arena.get_mut(at..at + width + 4)?;
+        let (state, time) = bytes.split_at_mut(width);
+        Some((state, time.try_into().ok()?))
+    }
+
+    /// An empty time as a family keeps it (whole seconds, rounded up), and back.
+    pub fn seconds(at: Instant) -> u32 {
+        seconds(at)
+    }
+
     /// The entry of `subject`, if it holds one.
     pub fn get(&self, subject: &[u8]) -> Option<Entry<'_>> {
         let (slot, true) = self.find(subject)? else {
@@ -206,6 +268,19 @@ impl Family {
     /// Sets the state and empty time of `subject` (a new subject is added): `false`, and
     /// nothing changed, for a subject or state out of bounds, or a full family.
     pub fn put(&mut self, subject: &[u8], state: &[u8], empty_at: Instant) -> bool {
+        let place = self.locate(subject);
+        self.put_at(place, subject, state, empty_at)
+    }
+
+    /// [`Family::put`] of `subject` at `place` (where [`Family::locate`] found it, the family
+    /// unchanged since).
+    pub fn put_at(
+        &mut self,
+        place: Place,
+        subject: &[u8],
+        state: &[u8],
+        empty_at: Instant,
+    ) -> bool {
         let width = self.width();
         if subject.is_empty() || subject.len() > MAX_SUBJECT || state.len() != width {
             return false;
@@ -213,10 +288,11 @@ impl Family {
         if empty_at > MAX_TIMESTAMP {
             return false;
         }
-        let h = hash(subject);
-        let Some((slot, found)) = self.find_hashed(subject, h).or(Some((0, false))) else {
-            return false;
-        };
+        let Place {
+            slot,
+            found,
+            hash: h,
+        } = place;
         if found {
             // In place: the same subject, the same width.
             let Some(offset) = self.index.get(slot).copied().and_then(offset_of) else {
@@ -241,8 +317,14 @@ impl Family {
         // without its dead bytes when it would pass its bound.
         let mut slot = slot;
         let crowded = (self.len() + self.gone as usize + 1) * 10 > self.index.len() * 8;
-        if crowded || self.arena.len() + 2 + subject.len() + width + 4 > MAX_ARENA {
+        if self.arena.len() + 2 + subject.len() + width + 4 > MAX_ARENA {
             self.rebuild(index_size(self.len() + 1));
+            match self.find_hashed(subject, h) {
+                Some((at, false)) => slot = at,
+                _ => return false,
+            }
+        } else if crowded {
+            self.reindex(index_size(self.len() + 1));
             match self.find_hashed(subject, h) {
                 Some((at, false)) => slot = at,
                 _ => return false,
@@ -321,6 +403,7 @@ impl Family {
         let live = old.arena.len() - old.dead_bytes as usize;
         *self = Family {
             width: old.width,
+            swept_at: old.swept_at,
             index: vec![FREE; size.max(1)],
             arena: Vec::with_capacity(super::chunks::class_ceil(live).min(MAX_ARENA).max(live)),
             ..Family::default()
@@ -330,6 +413,28 @@ impl Family {
                 let _ = self.put_new(e);
             }
         }
+    }
+
+    /// The index at `size` slots, the arena as it is (each entry's subject hashed again).
+    fn reindex(&mut self, size: usize) {
+        let old = std::mem::replace(&mut self.index, vec![FREE; size.max(1)]);
+        self.gone = 0;
+        let len = self.index.len();
+        for slot in old {
+            let Some((e, _)) = offset_of(slot).and_then(|o| self.entry_at(o)) else {
+                continue;
+            };
+            // A new subject's place: the first free slot from its start (no two alike).
+            let h = hash(e.subject);
+            let mut at = (((h & 0xffff_ffff) * len as u64) >> 32) as usize;
+            while self.index.get(at).is_some_and(|&s| s != FREE) {
+                at = if at + 1 == len { 0 } else { at + 1 };
+            }
+            if let Some(s) = self.index.get_mut(at) {
+                *s = slot;
+            }
+        }
+        self.hand = 0;
     }
 
     /// Adds an entry known to be new (a rebuild, a decode), the index long enough.
@@ -400,15 +505,28 @@ impl Family {
 
     /// Every entry, in no particular order.
     pub fn entries(&self) -> impl Iterator<Item = Entry<'_>> + '_ {
-        self.index
-            .iter()
-            .filter_map(move |&slot| offset_of(slot).and_then(|o| self.entry_at(o)).map(|(e, _)| e))
+        self.index.iter().filter_map(move |&slot| {
+            offset_of(slot)
+                .and_then(|o| self.entry_at(o))
+                .map(|(e, _)| e)
+        })
     }
 
+    /// Every entry in the canonical order: by the subjects' hashes, then their bytes (a
+    /// sort of integers, mostly: a tenth of the time a sort by bytes takes).
     fn entries_sorted(&self) -> Vec<Entry<'_>> {
-        let mut all: Vec<Entry<'_>> = self.entries().collect();
-        all.sort_unstable_by(|a, b| a.subject.cmp(b.subject));
-        all
+        let mut all: Vec<(u64, Entry<'_>)> = self.entries().map(|e| (hash(e.subject), e)).collect();
+        all.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.subject.cmp(b.1.subject)));
+        all.into_iter().map(|(_, e)| e).collect()
+    }
+
+    /// Seconds since the last sweep asked (at most `u32::MAX`; all of them for the first),
+    /// which this one becomes.
+    pub fn since_sweep(&mut self, now: Instant) -> u64 {
+        let secs = u32::try_from(now.ms() / 1000).unwrap_or(u32::MAX);
+        let since = secs.saturating_sub(self.swept_at);
+        self.swept_at = self.swept_at.max(secs);
+        u64::from(since)
     }
 
     /// The slots of its index (what a whole sweep goes over).
@@ -425,8 +543,8 @@ impl Family {
         class(self.index.capacity() * 4) + class(self.arena.capacity())
     }
 
-    /// The canonical encoding: `width count (len subject state empty_at)*`, subjects in byte
-    /// order, `empty_at` in seconds.
+    /// The canonical encoding: `width count (len subject state empty_at)*`, subjects in the
+    /// order of their hashes (then of their bytes), `empty_at` in seconds.
     pub fn encode<S: Sink>(&self, out: &mut S) {
         out.varint(u64::from(self.width));
         out.varint(u64::from(self.live));
@@ -448,17 +566,18 @@ impl Family {
             return Err(Malformed("too many subjects"));
         }
         f.index = vec![FREE; index_size(count)];
-        let mut last: Option<&[u8]> = None;
+        let mut last: Option<(u64, &[u8])> = None;
         for _ in 0..count {
             let len = r.varint()?;
             if !(1..=MAX_SUBJECT as u64).contains(&len) {
                 return Err(Malformed("a subject of no or too many bytes"));
             }
             let subject = r.bytes(len as usize)?;
-            if last.is_some_and(|l| l >= subject) {
+            let h = hash(subject);
+            if last.is_some_and(|(lh, l)| (lh, l) >= (h, subject)) {
                 return Err(Malformed("subjects out of order, or twice"));
             }
-            last = Some(subject);
+            last = Some((h, subject));
             let state = r.bytes(width)?;
             let secs = u32::try_from(r.varint()?).map_err(|_| Malformed("a time past 2106"))?;
             let at = Instant::from_ms(u64::from(secs) * 1000);
@@ -598,10 +717,16 @@ mod tests {
 
     #[test]
     fn decoding_refuses_what_no_family_holds() {
+        // Two subjects in the order that is not their hashes'.
+        let (first, second) = match hash(b"a") < hash(b"b") {
+            true => (b'b', b'a'),
+            false => (b'a', b'b'),
+        };
+        let out_of_order = [1, 2, 1, first, 0, 0, 1, second, 0, 0];
         let bad: [&[u8]; 5] = [
             &[200, 1],                                         // a width too wide
             &[1, 1, 0],                                        // a subject of no bytes
-            &[1, 2, 1, b'b', 0, 0, 1, b'a', 0, 0],             // out of order
+            &out_of_order,                                     // out of order
             &[0, 1, 1, b'a', 0x80, 0x80, 0x80, 0x80, 0x80, 1], // a time past 32 bits
             &[1, 1, 1, b'a', 0],                               // cut short
         ];

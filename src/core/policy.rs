@@ -130,19 +130,34 @@ pub fn hash_tag(key: &[u8]) -> Option<&[u8]> {
     rest.get(..close).filter(|tag| !tag.is_empty())
 }
 
-/// A key's Redis Cluster slot: CRC16 (XMODEM) of its hash tag, or of the key, mod 16384.
-pub fn slot(key: &[u8]) -> u16 {
-    let data = hash_tag(key).unwrap_or(key);
-    let mut crc: u16 = 0;
-    for &b in data {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
+/// CRC16 (XMODEM) of each byte, for [`slot`]: a byte at a time.
+const CRC16: [u16; 256] = {
+    let mut table = [0u16; 256];
+    let mut b = 0;
+    while b < 256 {
+        let mut crc = (b as u16) << 8;
+        let mut i = 0;
+        while i < 8 {
             crc = if crc & 0x8000 != 0 {
                 (crc << 1) ^ 0x1021
             } else {
                 crc << 1
             };
+            i += 1;
         }
+        table[b] = crc;
+        b += 1;
+    }
+    table
+};
+
+/// A key's Redis Cluster slot: CRC16 (XMODEM) of its hash tag, or of the key, mod 16384.
+pub fn slot(key: &[u8]) -> u16 {
+    let data = hash_tag(key).unwrap_or(key);
+    let mut crc: u16 = 0;
+    for &b in data {
+        let at = usize::from((crc >> 8) as u8 ^ b);
+        crc = (crc << 8) ^ CRC16.get(at).copied().unwrap_or_default();
     }
     crc & 0x3fff
 }

@@ -15,7 +15,7 @@ use super::{catalog, replicate_expiry, settle};
 use crate::core::args::Grammar;
 use crate::core::effect::{Compact, Line};
 use crate::core::error::Error;
-use crate::core::kind::{Clock, Command, Form, Kind, Mode, Reply};
+use crate::core::kind::{Change, Clock, Command, Form, Kind, Mode, Reply};
 use crate::core::{Decision, Duration, Instant, Wait};
 use crate::kinds::family::Packed;
 use crate::rm::api::{self, Arg, ALL_INLINE};
@@ -83,6 +83,10 @@ pub trait Prepared: Send + Sync {
     /// `RL.PEEK`'s answer for its state as a family holds it, at `now`.
     fn peek_packed(&self, state: Packed, now: Instant) -> Option<Decision>;
 
+    /// [`Prepared::alone`] on a state as a compact policy's family holds it: the reply, the
+    /// state it leaves, and what it recorded. `None` for a command that answers otherwise.
+    fn alone_packed(&self, state: Option<Packed>, cost: u64, clock: Clock) -> Option<AloneRan>;
+
     /// The units it takes for a hit of `cost`: its own `COST` when its words gave one, else
     /// the hit's; none for a hit of `COST 0`, which asks every limiter without taking.
     fn cost(&self, cost: u64) -> u64;
@@ -149,6 +153,51 @@ where
 
     fn packs(&self) -> bool {
         matches!(<C::Kind as Kind>::FORM, Form::Compact)
+    }
+
+    fn alone_packed(&self, state: Option<Packed>, cost: u64, clock: Clock) -> Option<AloneRan> {
+        if !C::ALONE {
+            return None;
+        }
+        let mut call = self.call.clone();
+        if self.takes_cost || cost == 0 {
+            C::set_cost(&mut call, cost);
+        }
+        let run = || -> Result<(Reply, PackedSlot, Option<Committed>), Error> {
+            let mut held = match state {
+                Some((p, latest, tail)) => Some(
+                    <C::Kind as crate::rm::storage::MaybeCompact>::unpack(p, latest, tail)
+                        .ok_or(Error::Internal("RL.HIT"))?,
+                ),
+                None => None,
+            };
+            let ran = C::run(held.as_mut(), &call, clock, Mode::Decide)?;
+            let mut slot = PackedSlot::new(state);
+            let committed = match ran.change {
+                Change::None => None,
+                Change::Held { before, after } => {
+                    let k = held.as_ref().ok_or(Error::Internal("RL.HIT"))?;
+                    slot.store(k);
+                    Some(Committed {
+                        reply: ran.reply.clone(),
+                        before,
+                        latest: k.latest_time(),
+                        empty_at: after,
+                    })
+                }
+                Change::New { state: k, empty } => {
+                    slot.store(&k);
+                    Some(Committed {
+                        reply: ran.reply.clone(),
+                        before: None,
+                        latest: k.latest_time(),
+                        empty_at: empty,
+                    })
+                }
+            };
+            Ok((ran.reply, slot, committed))
+        };
+        Some(run())
     }
 
     fn peek_packed(&self, (params, latest, tail): Packed, now: Instant) -> Option<Decision> {
@@ -262,6 +311,9 @@ pub trait Limiter<S> {
     fn cost(&self) -> u64;
     fn event(&self) -> &'static std::ffi::CStr;
 }
+
+/// What [`Prepared::alone_packed`] answered and left, or its error.
+pub type AloneRan = Result<(Reply, PackedSlot, Option<Committed>), Error>;
 
 /// What a commit did.
 pub struct Committed {

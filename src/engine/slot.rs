@@ -58,7 +58,8 @@ impl PackedSlot {
         }
     }
 
-    fn store<K: Storable>(&mut self, state: &K) {
+    /// Packs `state` into the slot (changed when it differs).
+    pub fn store<K: Storable>(&mut self, state: &K) {
         match state.pack() {
             Some(p) => {
                 if self.state != Some(p) {

@@ -11,15 +11,16 @@
 //!
 //! Expiry: each subject keeps the time its states are all empty again (its limiters' keys'
 //! expiry, in whole seconds, rounded up); each hit sweeps a few slots of its family's index
-//! ([`SWEEP`]), removing the subjects empty by the server's clock; the family key expires
-//! with its last subject (the latest empty time given).
+//! (`kinds::family::Subjects::sweep`: 4, more when the family's last hit is a while back),
+//! removing the subjects empty by the server's clock; the family key expires with its last
+//! subject (the latest empty time given).
 
 use redis_module::Context;
 use smallvec::SmallVec;
 
 use super::Member;
 use crate::core::error::Error;
-use crate::core::kind::{Clock, Command, Params2};
+use crate::core::kind::{Clock, Command, Params2, Reply};
 use crate::core::policy as def;
 use crate::core::{Duration, Instant};
 use crate::engine::limiters::{self as all, Frames, OnEntry, Outcome, Shadow};
@@ -29,15 +30,29 @@ use crate::kinds::family::{self, EffectWriter, FamilyEffect, Packed, Refused, Su
 use crate::rm::api::{self, OwnedString, ALL_INLINE};
 use crate::rm::key::Key;
 
-/// Index slots a hit sweeps: a family of 600 subjects (10 M over the 16,384 slots, an index
-/// of 1,024) is gone over every 64 hits.
-pub const SWEEP: usize = 16;
-
 /// The family key of `subject` under policy `name`.
 pub fn family_name(ctx: &Context, name: &[u8], subject: &[u8]) -> Result<OwnedString, Error> {
     let mut key = def::Key::new();
     def::family_key(name, subject, &mut key);
     OwnedString::new(ctx, key.as_bytes()).ok_or(Error::Internal("RL.HIT"))
+}
+
+/// [`limiters::decide`] of a hit of `cost` on several limiters' `slots` at `now` (apart from
+/// the one-limiter path: its frames would cost every call room on the stack).
+#[inline(never)]
+fn decide_all(
+    members: &[Member],
+    slots: &mut [PackedSlot],
+    cost: u64,
+    now: Instant,
+    shadow: Shadow,
+) -> Result<Box<Outcome>, (usize, Error)> {
+    let frames = Frames::new();
+    let mut limiters: SmallVec<[OnEntry<'_>; ALL_INLINE]> = SmallVec::new();
+    for m in members {
+        limiters.push(m.prepared.spawn_packed(&frames, cost));
+    }
+    all::decide(&mut limiters, slots, now, shadow).map(Box::new)
 }
 
 /// The error of the limiter at `i`, naming the key a keyed policy would (the same reply).
@@ -58,6 +73,15 @@ fn named(policy: &[u8], members: &[Member], subject: &[u8], i: usize, e: Error) 
     Error::for_key(key.as_bytes(), e)
 }
 
+/// What a hit decided: the reply of a policy of one limiter run as its own command, or the
+/// outcome of several (`limiters::decide`'s).
+pub(super) enum Ran {
+    Alone(Reply),
+    /// Boxed: an outcome holds room for 16 limiters, which every move of the answer would
+    /// copy.
+    All(Box<Outcome>),
+}
+
 /// Decides a hit of `cost` on `subject`'s entry in its family at `clock`, as
 /// `limiters::run_limiters` does on a keyed policy's keys: records it when every limiter
 /// allows, sweeps, and propagates what changed.
@@ -71,7 +95,7 @@ pub(super) fn run(
     cost: u64,
     clock: Clock,
     shadow: Shadow,
-) -> Result<Outcome, Error> {
+) -> Result<Ran, Error> {
     let name = family_name(ctx, policy, subject)?;
     let mut key = Key::open(ctx, name.arg(), true);
     let mut effect = EffectWriter::new(
@@ -109,8 +133,9 @@ fn decide(
     clock: Clock,
     shadow: Shadow,
     effect: &mut EffectWriter,
-) -> Result<Outcome, Error> {
-    let mut states = [None; family::MAX_LIMITERS];
+) -> Result<Ran, Error> {
+    let ops = effect.bytes.len();
+    let mut states: SmallVec<[Option<Packed>; 4]> = smallvec::smallvec![None; members.len()];
     let mut fresh: Option<Subjects> = None;
     let before;
     let (outcome, expires, changed) = {
@@ -120,29 +145,45 @@ fn decide(
             None => fresh.insert(Subjects::new(layout.into()).ok_or(Error::Internal("RL.HIT"))?),
         };
         before = s.expires();
+        let mut changed = false;
         if s.layout() != layout {
             // The policy's limiters changed since the family was written: each subject
             // keeps the states of the limiters it still has (as their keys would stay).
             *s = s.relayout(layout.into()).ok_or(Error::Internal("RL.HIT"))?;
             effect.layout(layout);
+            changed = true;
         } else if before.is_none() {
+            // A new family (given its layout only if it keeps a subject).
             effect.layout(layout);
         }
-        let held_until = s.read(subject, &mut states);
-        let mut changed = before.is_none();
-        let mut slots: SmallVec<[PackedSlot; ALL_INLINE]> = SmallVec::new();
-        for st in states.iter().take(members.len()) {
-            slots.push(PackedSlot::new(*st));
-        }
-        let frames = Frames::new();
-        let mut limiters: SmallVec<[OnEntry<'_>; ALL_INLINE]> = SmallVec::new();
-        for m in members {
-            limiters.push(m.prepared.spawn_packed(&frames, cost));
-        }
+        let place = s.locate(subject);
+        let held_until = s.read_at(place, &mut states);
         let now = clock.caller;
-        let outcome = all::decide(&mut limiters, &mut slots, now, shadow)
-            .map_err(|(i, e)| named(policy, members, subject, i, e))?;
-        drop(limiters);
+        let mut slots: SmallVec<[PackedSlot; 4]> = SmallVec::new();
+        // A policy of one limiter runs it as its own command would (as a keyed one).
+        let fast = match (members, shadow) {
+            ([m], Shadow::NONE) => m.prepared.alone_packed(states[0], cost, clock),
+            _ => None,
+        };
+        let mut alone_committed = None;
+        let outcome = match fast {
+            Some(ran) => {
+                let (reply, slot, committed) =
+                    ran.map_err(|e| named(policy, members, subject, 0, e))?;
+                slots.push(slot);
+                alone_committed = committed;
+                Ran::Alone(reply)
+            }
+            None => {
+                for st in states.iter().take(members.len()) {
+                    slots.push(PackedSlot::new(*st));
+                }
+                Ran::All(
+                    decide_all(members, &mut slots, cost, now, shadow)
+                        .map_err(|(i, e)| named(policy, members, subject, i, e))?,
+                )
+            }
+        };
         if slots.iter().any(|s| s.unfit) {
             return Err(Refused::Unfit.error());
         }
@@ -150,30 +191,45 @@ fn decide(
             // Empty again when each limiter's key would expire: its state's own empty
             // time, as far past the server's clock as the state is behind it.
             let mut empty = held_until;
-            for c in outcome.committed.iter().flatten() {
+            let committed = match &outcome {
+                Ran::Alone(_) => std::slice::from_ref(&alone_committed),
+                Ran::All(o) => &o.committed[..],
+            };
+            for c in committed.iter().flatten() {
                 if let Some(at) = c.empty_at {
                     let at = at.saturating_add(clock.key_lag(c.latest));
                     empty = Some(empty.map_or(at, |e| e.max(at)));
                 }
             }
             let empty = empty.unwrap_or(now);
-            let mut packed: SmallVec<[Option<Packed>; ALL_INLINE]> = SmallVec::new();
-            let mut params: SmallVec<[Params2; ALL_INLINE]> = SmallVec::new();
+            let mut packed: SmallVec<[Option<Packed>; 4]> = SmallVec::new();
             for slot in &slots {
                 packed.push(slot.state);
-                params.push(slot.state.map_or(Params2::default(), |p| p.0));
             }
-            let set = s.set_for(&params).map_err(Refused::error)?;
-            s.put(subject, set, &packed, empty)
-                .map_err(Refused::error)?;
-            effect.put(subject, empty, set, &packed);
+            if let Some((entry, kept)) = s.update(place, &packed, empty) {
+                // In place: the same subject under the same numbers.
+                effect.put(subject, kept, entry, None);
+            } else {
+                let params: SmallVec<[Params2; 4]> = packed
+                    .iter()
+                    .map(|s| s.map_or(Params2::default(), |p| p.0))
+                    .collect();
+                let set = s.set_for(&params).map_err(Refused::error)?;
+                let put = s
+                    .put_at(place, subject, set, &packed, empty)
+                    .map_err(Refused::error)?;
+                let new_set = put.new_set.then_some(&params[..]);
+                effect.put(subject, put.empty_at, put.as_bytes(), new_set);
+            }
             changed = true;
         }
-        changed |= s.sweep(api::now(), SWEEP, |gone| effect.forget(gone)) > 0;
+        changed |= s.sweep(api::now(), |gone| effect.forget(gone)) > 0;
         (outcome, s.expires(), changed)
     };
     if let Some(new) = fresh {
         if new.is_empty() {
+            // Nothing kept: no effect either.
+            effect.bytes.truncate(ops);
             return Ok(outcome);
         }
         key.set(new)?;

@@ -249,7 +249,7 @@ fn decide(
     let owned = match on {
         On::Keys(owned) => owned,
         On::Family(subject, layout) => {
-            let outcome = compact::run(
+            let outcome = match compact::run(
                 ctx,
                 policy.name.as_bytes(),
                 members,
@@ -258,7 +258,13 @@ fn decide(
                 cost,
                 clock,
                 policy.shadow,
-            )?;
+            )? {
+                compact::Ran::Alone(reply) => match members {
+                    [m] => return alone_answer(ctx, policy, m, &reply, cost, ban),
+                    _ => return Err(Error::Internal("RL.HIT")),
+                },
+                compact::Ran::All(outcome) => *outcome,
+            };
             for (i, (m, c)) in members.iter().zip(&outcome.committed).enumerate() {
                 if c.is_some() {
                     policy.took(i, m.prepared.cost(cost));
@@ -271,45 +277,7 @@ fn decide(
     if let ([m], [name]) = (members, owned) {
         if let Some(ran) = m.prepared.alone(ctx, name.arg(), cost, clock) {
             let reply = ran.map_err(|e| Error::for_key(name.arg().as_bytes(), e))?;
-            let d = match &reply {
-                Reply::Decision(d) | Reply::Lease(d, _) => *d,
-                _ => return Err(Error::Internal("RL.HIT")),
-            };
-            if d.allowed {
-                policy.took(0, m.prepared.cost(cost));
-            }
-            let refusal = (!d.allowed).then_some(&m.name[..]);
-            let each = std::slice::from_ref(&reply);
-            if m.shadow {
-                // Its refusal is only told: the hit is allowed, with its fields as if it
-                // had allowed (as a policy whose limiters are all shadow ones answers).
-                let as_allowed = Decision {
-                    allowed: true,
-                    retry_after: Wait::None,
-                    ..d
-                };
-                let would_refuse = Shadow(u16::from(!d.allowed));
-                let (d, by) = match ban(&as_allowed) {
-                    Some(ban) => (ban, Some(PENALTY)),
-                    None => (as_allowed, None),
-                };
-                api::reply_hit(ctx, &d, by, each, Some(refusal));
-                return Ok(Decided {
-                    allowed: d.allowed,
-                    would_refuse,
-                    ban: Ban::None,
-                });
-            }
-            let (d, refusal) = match ban(&d) {
-                Some(ban) => (ban, Some(PENALTY)),
-                None => (d, refusal),
-            };
-            api::reply_hit(ctx, &d, refusal, each, None);
-            return Ok(Decided {
-                allowed: d.allowed,
-                would_refuse: Shadow::NONE,
-                ban: Ban::None,
-            });
+            return alone_answer(ctx, policy, m, &reply, cost, ban);
         }
     }
     let names: SmallVec<[Arg; ALL_INLINE]> = owned.iter().map(OwnedString::arg).collect();
@@ -327,6 +295,58 @@ fn decide(
     // Done with: what they kept (a reshaped state) goes before a strike runs a command.
     drop(limiters);
     Ok(answer(ctx, policy, members, outcome, ban))
+}
+
+/// Replies the hit of a policy of one limiter `m`, run as its own command (its reply
+/// `reply`), or the ban `ban` answers instead.
+#[inline(always)]
+fn alone_answer(
+    ctx: &Context,
+    policy: &Policy,
+    m: &Member,
+    reply: &Reply,
+    cost: u64,
+    ban: impl FnOnce(&Decision) -> Option<Decision>,
+) -> Result<Decided, Error> {
+    let d = match reply {
+        Reply::Decision(d) | Reply::Lease(d, _) => *d,
+        _ => return Err(Error::Internal("RL.HIT")),
+    };
+    if d.allowed {
+        policy.took(0, m.prepared.cost(cost));
+    }
+    let refusal = (!d.allowed).then_some(&m.name[..]);
+    let each = std::slice::from_ref(reply);
+    if m.shadow {
+        // Its refusal is only told: the hit is allowed, with its fields as if it had
+        // allowed (as a policy whose limiters are all shadow ones answers).
+        let as_allowed = Decision {
+            allowed: true,
+            retry_after: Wait::None,
+            ..d
+        };
+        let would_refuse = Shadow(u16::from(!d.allowed));
+        let (d, by) = match ban(&as_allowed) {
+            Some(ban) => (ban, Some(PENALTY)),
+            None => (as_allowed, None),
+        };
+        api::reply_hit(ctx, &d, by, each, Some(refusal));
+        return Ok(Decided {
+            allowed: d.allowed,
+            would_refuse,
+            ban: Ban::None,
+        });
+    }
+    let (d, refusal) = match ban(&d) {
+        Some(ban) => (ban, Some(PENALTY)),
+        None => (d, refusal),
+    };
+    api::reply_hit(ctx, &d, refusal, each, None);
+    Ok(Decided {
+        allowed: d.allowed,
+        would_refuse: Shadow::NONE,
+        ban: Ban::None,
+    })
 }
 
 /// Replies a hit's outcome (or the ban `ban` answers instead).

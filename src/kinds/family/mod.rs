@@ -24,7 +24,7 @@ use std::borrow::Cow;
 use crate::core::codec::{Malformed, Reader, Sink};
 use crate::core::effect::Out;
 use crate::core::error::Error;
-use crate::core::family::{Entry, Family};
+use crate::core::family::{Entry, Family, Place};
 use crate::core::kind::{self, Clock, Command, Encoding, Form, Kind, Mode, Params2, Ran, Reply};
 use crate::core::meta::{self, arg, ArgKind, Info, Keys, Stats};
 use crate::core::{Decision, Duration, Instant, Wait, MAX_TIMESTAMP};
@@ -39,6 +39,12 @@ pub const MAX_SETS: usize = 255;
 /// layout changed) goes over whole. About 600 at 10 M subjects spread over the 16,384
 /// slots, 6,100 at 100 M; subjects with a hash tag of their own share their tag's family.
 pub const MAX_SUBJECTS: usize = 1 << 15;
+/// Index slots a call sweeps at least (see [`Subjects::sweep`]).
+pub const SWEEP: usize = 4;
+/// A family's whole index is swept at least this often, in seconds, while calls come.
+pub const SWEEP_PERIOD_S: u64 = 10;
+/// The most index slots one call sweeps.
+pub const SWEEP_MAX: usize = 2048;
 /// The bytes of one limiter's state in an entry: `latest` (below 2^48) in 6, `tail` in 8.
 const STATE: usize = 14;
 
@@ -110,10 +116,74 @@ pub const fn width(n: usize) -> usize {
     1 + if n > 1 { 2 } else { 0 } + STATE * n
 }
 
-/// An entry being written: `set [mask] state*`.
-struct EntryBytes {
-    buf: [u8; width(MAX_LIMITERS)],
+/// An entry as [`Subjects::put`] wrote it: `set [mask] state*`, whether its set is new, and
+/// when the subject is empty again, as kept.
+pub struct Put {
+    bytes: [u8; width(MAX_LIMITERS)],
     len: usize,
+    pub new_set: bool,
+    pub empty_at: Instant,
+}
+
+impl Put {
+    pub fn as_bytes(&self) -> &[u8] {
+        self.bytes.get(..self.len).unwrap_or_default()
+    }
+}
+
+/// The states of an entry (`set [mask] state*` of a layout of `n` limiters) under its set's
+/// `params`, into `out`.
+fn unpack_with(params: &[Params2], n: usize, state: &[u8], out: &mut [Option<Packed>]) -> Option<()> {
+    let (mask, at) = match n {
+        1 => (1u16, 1),
+        _ => (u16::from_le_bytes([*state.get(1)?, *state.get(2)?]), 3),
+    };
+    for (i, slot) in out.iter_mut().enumerate().take(n) {
+        *slot = match mask >> i & 1 {
+            1 => {
+                let s = state.get(at + STATE * i..at + STATE * (i + 1))?;
+                let mut latest = [0u8; 8];
+                latest.get_mut(..6)?.copy_from_slice(s.get(..6)?);
+                let tail = u64::from_le_bytes(s.get(6..)?.try_into().ok()?);
+                Some((
+                    *params.get(i)?,
+                    Instant::from_ms(u64::from_le_bytes(latest)),
+                    tail,
+                ))
+            }
+            _ => None,
+        };
+    }
+    Some(())
+}
+
+/// Whether `entry` is one a command writes for `layout` under a set of `params`: its width,
+/// its mask within the layout and not empty, zeros where it holds no state, the parameters
+/// of a limiter without a state 0, and each state one its kind could hold.
+fn check_entry(layout: &[Limiter], params: &[Params2], entry: &[u8]) -> bool {
+    let n = layout.len();
+    if entry.len() != width(n) || params.len() != n {
+        return false;
+    }
+    let mask = match n {
+        1 => 1,
+        _ => u16::from_le_bytes([entry[1], entry[2]]),
+    };
+    if mask == 0 || (n < 16 && mask >> n != 0) {
+        return false;
+    }
+    let at = if n > 1 { 3 } else { 1 };
+    let mut states = [None; MAX_LIMITERS];
+    if unpack_with(params, n, entry, &mut states).is_none() {
+        return false;
+    }
+    layout.iter().enumerate().all(|(i, l)| match states[i] {
+        None => {
+            params[i] == Params2::default()
+                && entry[at + STATE * i..at + STATE * (i + 1)].iter().all(|&b| b == 0)
+        }
+        Some((p, latest, tail)) => kind::packed_check(l.code).is_some_and(|c| c(p, latest, tail)),
+    })
 }
 
 impl Subjects {
@@ -150,10 +220,20 @@ impl Subjects {
         (!self.is_empty()).then_some(self.0.expires)
     }
 
+    /// Where `subject` is, or would go (good until the family changes).
+    pub fn locate(&self, subject: &[u8]) -> Place {
+        self.0.family.locate(subject)
+    }
+
     /// The states `subject` holds, one for each limiter of the layout (`None`: none), and
     /// when it is empty again; `None` for a subject it does not hold.
     pub fn read(&self, subject: &[u8], out: &mut [Option<Packed>]) -> Option<Instant> {
-        let e = self.0.family.get(subject)?;
+        self.read_at(self.locate(subject), out)
+    }
+
+    /// [`Subjects::read`] at `place` ([`Subjects::locate`]'s).
+    pub fn read_at(&self, place: Place, out: &mut [Option<Packed>]) -> Option<Instant> {
+        let e = self.0.family.entry_at_place(place)?;
         self.unpack(e.state, out)?;
         Some(e.empty_at)
     }
@@ -161,27 +241,7 @@ impl Subjects {
     fn unpack(&self, state: &[u8], out: &mut [Option<Packed>]) -> Option<()> {
         let n = self.0.layout.len();
         let set = self.0.sets.get(usize::from(*state.first()?))?;
-        let (mask, at) = match n {
-            1 => (1u16, 1),
-            _ => (u16::from_le_bytes([*state.get(1)?, *state.get(2)?]), 3),
-        };
-        for (i, slot) in out.iter_mut().enumerate().take(n) {
-            *slot = match mask >> i & 1 {
-                1 => {
-                    let s = state.get(at + STATE * i..at + STATE * (i + 1))?;
-                    let mut latest = [0u8; 8];
-                    latest.get_mut(..6)?.copy_from_slice(s.get(..6)?);
-                    let tail = u64::from_le_bytes(s.get(6..)?.try_into().ok()?);
-                    Some((
-                        *set.params.get(i)?,
-                        Instant::from_ms(u64::from_le_bytes(latest)),
-                        tail,
-                    ))
-                }
-                _ => None,
-            };
-        }
-        Some(())
+        unpack_with(&set.params, n, state, out)
     }
 
     /// The index of the set `params` (an existing one, else a free one), for a new
@@ -200,26 +260,92 @@ impl Subjects {
     }
 
     /// Puts `subject`'s states (one for each limiter of the layout), under the parameter
-    /// set at `set` (given by [`Subjects::set_for`], or by an effect), empty again at
-    /// `empty_at` (kept in whole seconds, rounded up; never earlier than it was).
+    /// set at `set` (given by [`Subjects::set_for`]), empty again at `empty_at` (kept in
+    /// whole seconds, rounded up; never earlier than it was).
     pub fn put(
         &mut self,
         subject: &[u8],
         set: u8,
         states: &[Option<Packed>],
         empty_at: Instant,
-    ) -> Result<(), Refused> {
-        let inner = &mut self.0;
-        let n = inner.layout.len();
+    ) -> Result<Put, Refused> {
+        let place = self.locate(subject);
+        self.put_at(place, subject, set, states, empty_at)
+    }
+
+    /// [`Subjects::put`] in place, for a subject it holds under a set of the same
+    /// parameters (the common case: a subject hit again under the same numbers): the entry
+    /// as written and the empty time kept; `None`, nothing changed, otherwise.
+    pub fn update(
+        &mut self,
+        place: Place,
+        states: &[Option<Packed>],
+        empty_at: Instant,
+    ) -> Option<(&[u8], Instant)> {
+        let n = self.0.layout.len();
         if states.len() != n || empty_at > MAX_TIMESTAMP {
+            return None;
+        }
+        let Inner { family, sets, .. } = &mut self.0;
+        let (entry, time) = family.entry_mut(place)?;
+        let set = sets.get(usize::from(*entry.first()?))?;
+        let at = if n > 1 { 3 } else { 1 };
+        let mut mask = 0u16;
+        for (i, s) in states.iter().enumerate() {
+            match *s {
+                Some((p, latest, _)) if set.params.get(i) == Some(&p) && latest.ms() >> 48 == 0 => {
+                    mask |= 1 << i;
+                }
+                None if set.params.get(i) == Some(&Params2::default()) => {}
+                _ => return None,
+            }
+        }
+        if mask == 0 {
+            return None;
+        }
+        if n > 1 {
+            entry.get_mut(1..3)?.copy_from_slice(&mask.to_le_bytes());
+        }
+        for (i, s) in states.iter().enumerate() {
+            let out = entry.get_mut(at + STATE * i..at + STATE * (i + 1))?;
+            match *s {
+                Some((_, latest, tail)) => {
+                    out[..6].copy_from_slice(&latest.ms().to_le_bytes()[..6]);
+                    out[6..].copy_from_slice(&tail.to_le_bytes());
+                }
+                None => out.fill(0),
+            }
+        }
+        let kept = Family::seconds(empty_at).max(u32::from_le_bytes(*time));
+        *time = kept.to_le_bytes();
+        let kept = Instant::from_ms(u64::from(kept) * 1000);
+        self.0.expires = self.0.expires.max(kept);
+        let (entry, _) = self.0.family.entry_mut(place)?;
+        Some((entry, kept))
+    }
+
+    /// [`Subjects::put`] at `place` ([`Subjects::locate`]'s, the family unchanged since):
+    /// the entry written, and whether its set is new (what its effect says).
+    pub fn put_at(
+        &mut self,
+        place: Place,
+        subject: &[u8],
+        set: u8,
+        states: &[Option<Packed>],
+        empty_at: Instant,
+    ) -> Result<Put, Refused> {
+        let n = self.0.layout.len();
+        if states.len() != n {
             return Err(Refused::Unfit);
         }
         let mut params = [Params2::default(); MAX_LIMITERS];
-        let mut bytes = EntryBytes {
-            buf: [0; width(MAX_LIMITERS)],
+        let mut entry = Put {
+            bytes: [0; width(MAX_LIMITERS)],
             len: width(n),
+            new_set: false,
+            empty_at,
         };
-        bytes.buf[0] = set;
+        entry.bytes[0] = set;
         let at = if n > 1 { 3 } else { 1 };
         let mut mask = 0u16;
         for (i, s) in states.iter().enumerate() {
@@ -231,7 +357,7 @@ impl Subjects {
             }
             mask |= 1 << i;
             params[i] = p;
-            let out = &mut bytes.buf[at + STATE * i..at + STATE * (i + 1)];
+            let out = &mut entry.bytes[at + STATE * i..at + STATE * (i + 1)];
             out[..6].copy_from_slice(&latest.ms().to_le_bytes()[..6]);
             out[6..].copy_from_slice(&tail.to_le_bytes());
         }
@@ -239,44 +365,80 @@ impl Subjects {
             return Err(Refused::Unfit);
         }
         if n > 1 {
-            bytes.buf[1..3].copy_from_slice(&mask.to_le_bytes());
+            entry.bytes[1..3].copy_from_slice(&mask.to_le_bytes());
         }
-        let params = &params[..n];
+        let (new_set, kept) = self.store(place, subject, entry.as_bytes(), &params[..n], empty_at)?;
+        entry.new_set = new_set;
+        entry.empty_at = kept;
+        Ok(entry)
+    }
+
+    /// Stores `entry` (checked) for `subject` at `place`, its set's parameters `params`:
+    /// whether the set is new (no entry named it), and the empty time kept.
+    fn store(
+        &mut self,
+        place: Place,
+        subject: &[u8],
+        entry: &[u8],
+        params: &[Params2],
+        empty_at: Instant,
+    ) -> Result<(bool, Instant), Refused> {
+        let inner = &mut self.0;
+        if empty_at > MAX_TIMESTAMP {
+            return Err(Refused::Unfit);
+        }
+        let index = usize::from(*entry.first().ok_or(Refused::Unfit)?);
         // The set: the one at `set` (its parameters these), or a free one taking them.
-        let index = usize::from(set);
-        match inner.sets.get(index) {
-            Some(s) if s.refs > 0 && s.params[..] != *params => return Err(Refused::Diverged),
+        let new_set = match inner.sets.get(index) {
+            Some(s) if s.refs > 0 => {
+                if s.params[..] != *params {
+                    return Err(Refused::Diverged);
+                }
+                false
+            }
             _ if index >= MAX_SETS || index > inner.sets.len() => return Err(Refused::Diverged),
-            _ => {}
-        }
-        let old = inner.family.get(subject).and_then(|e| e.state.first().copied());
+            _ => true,
+        };
+        let old = inner.family.entry_at_place(place);
+        let (old_set, old_empty) = match old {
+            Some(e) => (e.state.first().copied(), Some(e.empty_at)),
+            None => (None, None),
+        };
         if old.is_none() && inner.family.len() >= MAX_SUBJECTS {
             return Err(Refused::Full);
         }
         let empty = ceil_seconds(empty_at);
-        let kept = match inner.family.get(subject) {
-            Some(e) => e.empty_at.max(empty),
-            None => empty,
-        };
-        if !inner.family.put(subject, &bytes.buf[..bytes.len], kept) {
-            return Err(Refused::Unfit);
+        let kept = old_empty.map_or(empty, |e| e.max(empty));
+        if !inner.family.put_at(place, subject, entry, kept) {
+            return Err(Refused::Full);
         }
-        if index == inner.sets.len() {
-            // Most families hold one set: no room kept for more.
-            inner.sets.reserve_exact(1);
-            inner.sets.push(Set::default());
-        }
-        if let Some(s) = inner.sets.get_mut(index) {
-            if s.refs == 0 {
-                s.params = params.into();
+        if old_set != Some(index as u8) {
+            if index == inner.sets.len() {
+                // Most families hold one set: no room kept for more.
+                inner.sets.reserve_exact(1);
+                inner.sets.push(Set::default());
             }
-            s.refs += 1;
-        }
-        if let Some(old) = old {
-            release(&mut inner.sets, old);
+            if let Some(s) = inner.sets.get_mut(index) {
+                if s.refs == 0 {
+                    s.params = params.into();
+                }
+                s.refs += 1;
+            }
+            if let Some(old) = old_set {
+                release(&mut inner.sets, old);
+            }
         }
         inner.expires = inner.expires.max(kept);
-        Ok(())
+        Ok((new_set, kept))
+    }
+
+    /// The parameters of the set at `index`, if an entry names it.
+    fn set_params(&self, index: u8) -> Option<&[Params2]> {
+        self.0
+            .sets
+            .get(usize::from(index))
+            .filter(|s| s.refs > 0)
+            .map(|s| &s.params[..])
     }
 
     /// Removes `subject`: whether it held one.
@@ -290,9 +452,27 @@ impl Subjects {
         true
     }
 
-    /// Removes the subjects empty at `now` among the next `budget` slots of the index (see
-    /// `core::family::Family::sweep`), handing each to `removed`: how many.
-    pub fn sweep(&mut self, now: Instant, budget: usize, mut removed: impl FnMut(&[u8])) -> usize {
+    /// Removes the subjects empty at `now` among the next slots of the index (see
+    /// `core::family::Family::sweep`), handing each to `removed`: how many. It goes over
+    /// [`SWEEP`] slots, more when the last sweep is a while back: the whole index every
+    /// [`SWEEP_PERIOD_S`] seconds at least while calls come, [`SWEEP_MAX`] slots at most.
+    pub fn sweep(&mut self, now: Instant, removed: impl FnMut(&[u8])) -> usize {
+        let since = self.0.family.since_sweep(now);
+        if since == 0 {
+            return 0;
+        }
+        let behind = (self.index_len() as u64).saturating_mul(since) / SWEEP_PERIOD_S;
+        let budget = behind.clamp(SWEEP as u64, SWEEP_MAX as u64) as usize;
+        self.sweep_slots(now, budget, removed)
+    }
+
+    /// [`Subjects::sweep`] over `budget` slots.
+    pub fn sweep_slots(
+        &mut self,
+        now: Instant,
+        budget: usize,
+        mut removed: impl FnMut(&[u8]),
+    ) -> usize {
         let Inner { family, sets, .. } = &mut self.0;
         family.sweep_with(now, budget, |e: Entry<'_>| {
             if let Some(&set) = e.state.first() {
@@ -518,53 +698,19 @@ impl Encoding for Subjects {
             family,
             expires,
         });
-        // Every entry: a set held, states only where its mask says (each a state its
-        // kind could hold under the set's parameters), empty by the key's expiry.
-        let mut states = [None; MAX_LIMITERS];
+        // Every entry: under a set held, one a command writes, empty by the key's expiry.
         let mut refs = vec![0u32; s.0.sets.len()];
         for e in s.0.family.entries() {
             let set = usize::from(e.state.first().copied().unwrap_or(u8::MAX));
-            if s.0.sets.get(set).is_none_or(|s| s.params.is_empty()) {
-                return Err(Malformed("an entry of no parameter set"));
+            let params = match s.0.sets.get(set) {
+                Some(p) if !p.params.is_empty() => &p.params[..],
+                _ => return Err(Malformed("an entry of no parameter set")),
+            };
+            if !check_entry(&s.0.layout, params, e.state) {
+                return Err(Malformed("an entry no command writes"));
             }
             if let Some(r) = refs.get_mut(set) {
                 *r += 1;
-            }
-            if n > 1 {
-                let mask = u16::from_le_bytes([e.state[1], e.state[2]]);
-                if mask == 0 || mask >> n != 0 {
-                    return Err(Malformed("an entry's mask out of its layout"));
-                }
-                for i in 0..n {
-                    if mask >> i & 1 == 0
-                        && e.state[3 + STATE * i..3 + STATE * (i + 1)]
-                            .iter()
-                            .any(|&b| b != 0)
-                    {
-                        return Err(Malformed("a state where the mask says none"));
-                    }
-                }
-            }
-            s.unpack(e.state, &mut states)
-                .ok_or(Malformed("an entry that does not read"))?;
-            for (l, st) in s.0.layout.iter().zip(&states) {
-                let ok = match (st, kind::packed_check(l.code)) {
-                    (None, _) => true,
-                    (Some((p, latest, tail)), Some(check)) => check(*p, *latest, *tail),
-                    (Some(_), None) => false,
-                };
-                if !ok {
-                    return Err(Malformed("a state its kind could not hold"));
-                }
-            }
-            if let (Some(p), Some(set)) = (s.0.sets.get(set), states.first()) {
-                // Absent limiters' parameters are 0 (as put makes them).
-                for (i, st) in states.iter().enumerate().take(n) {
-                    if st.is_none() && p.params.get(i) != Some(&Params2::default()) {
-                        return Err(Malformed("parameters of a limiter without a state"));
-                    }
-                }
-                let _ = set;
             }
             if e.empty_at > expires {
                 return Err(Malformed("a subject empty after its family's expiry"));
@@ -617,9 +763,11 @@ pub struct FamilyEffect;
 /// One operation of an effect, in its bytes:
 /// - `1 n (code len name)*`: the family's layout (a new family, or the policy's limiters
 ///   changed: [`Subjects::relayout`]);
-/// - `2 len subject empty_s set params{2n} [mask] (latest tail)*`: a subject's states;
+/// - `2 len subject empty_s entry`: a subject's entry (`set [mask] state*`, as the family
+///   holds it), under a set the family holds;
+/// - `4 len subject empty_s entry params{2n}`: the same under a new set, its parameters;
 /// - `3 len subject`: a subject removed.
-// Read one at a time, on the stack: a box for the states would cost an allocation each.
+// Read one at a time, on the stack: a box for the parameters would cost an allocation.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, PartialEq, Eq)]
 pub enum Op<'a> {
@@ -627,8 +775,9 @@ pub enum Op<'a> {
     Put {
         subject: &'a [u8],
         empty_at: Instant,
-        set: u8,
-        states: [Option<Packed>; MAX_LIMITERS],
+        entry: &'a [u8],
+        /// A new set's parameters.
+        params: Option<[Params2; MAX_LIMITERS]>,
     },
     Forget(&'a [u8]),
 }
@@ -636,6 +785,7 @@ pub enum Op<'a> {
 const LAYOUT: u8 = 1;
 const PUT: u8 = 2;
 const FORGET: u8 = 3;
+const PUT_SET: u8 = 4;
 
 /// A family's effect: its time, and its operations in bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -644,63 +794,73 @@ pub struct Effect<'a> {
     pub ops: Cow<'a, [u8]>,
 }
 
-/// Writes a family's effect, operation by operation.
+/// Writes a family's effect, operation by operation (on the stack for most).
 #[derive(Default)]
 pub struct EffectWriter {
-    pub bytes: Vec<u8>,
+    pub bytes: smallvec::SmallVec<[u8; 96]>,
 }
 
 impl EffectWriter {
     /// An effect at `now`, after `prefix` (`RL.APPLY`'s bytes before the operations).
     pub fn new(prefix: &[u8], now: Instant) -> EffectWriter {
         let mut w = EffectWriter {
-            bytes: prefix.to_vec(),
+            bytes: smallvec::SmallVec::from_slice(prefix),
         };
-        w.bytes.varint(now.ms());
+        varint(&mut w.bytes, now.ms());
         w
     }
 
     pub fn layout(&mut self, layout: &[Limiter]) {
-        self.bytes.push(LAYOUT);
-        self.bytes.varint(layout.len() as u64);
+        let b = &mut self.bytes;
+        b.push(LAYOUT);
+        varint(b, layout.len() as u64);
         for l in layout {
-            self.bytes.push(l.code);
-            self.bytes.varint(l.name.len() as u64);
-            self.bytes.put(&l.name);
+            b.push(l.code);
+            varint(b, l.name.len() as u64);
+            b.extend_from_slice(&l.name);
         }
     }
 
-    pub fn put(&mut self, subject: &[u8], empty_at: Instant, set: u8, states: &[Option<Packed>]) {
+    /// A subject's entry as [`Subjects::put`] or [`Subjects::update`] wrote it, empty at
+    /// `empty_at`; `new_set` the parameters of its set when new.
+    pub fn put(
+        &mut self,
+        subject: &[u8],
+        empty_at: Instant,
+        entry: &[u8],
+        new_set: Option<&[Params2]>,
+    ) {
         let b = &mut self.bytes;
-        b.push(PUT);
-        b.varint(subject.len() as u64);
-        b.put(subject);
-        b.varint(empty_at.ms().div_ceil(1000));
-        b.push(set);
-        let mut mask = 0u64;
-        for (i, s) in states.iter().enumerate() {
-            let (p, mine) = match s {
-                Some((p, ..)) => (*p, 1),
-                None => (Params2::default(), 0),
-            };
-            mask |= mine << i;
-            b.varint(p.a);
-            b.varint(p.b);
-        }
-        if states.len() > 1 {
-            b.varint(mask);
-        }
-        for (_, latest, tail) in states.iter().flatten() {
-            b.varint(latest.ms());
-            b.varint(*tail);
+        b.push(if new_set.is_some() { PUT_SET } else { PUT });
+        varint(b, subject.len() as u64);
+        b.extend_from_slice(subject);
+        varint(b, empty_at.ms() / 1000);
+        b.extend_from_slice(entry);
+        for p in new_set.unwrap_or_default() {
+            varint(b, p.a);
+            varint(b, p.b);
         }
     }
 
     pub fn forget(&mut self, subject: &[u8]) {
-        self.bytes.push(FORGET);
-        self.bytes.varint(subject.len() as u64);
-        self.bytes.put(subject);
+        let b = &mut self.bytes;
+        b.push(FORGET);
+        varint(b, subject.len() as u64);
+        b.extend_from_slice(subject);
     }
+}
+
+#[inline(always)]
+fn varint(b: &mut smallvec::SmallVec<[u8; 96]>, mut v: u64) {
+    let mut out = [0u8; 10];
+    let mut n = 0;
+    while v >= 0x80 && n < 9 {
+        out[n] = v as u8 | 0x80;
+        v >>= 7;
+        n += 1;
+    }
+    out[n] = v as u8;
+    b.extend_from_slice(&out[..=n]);
 }
 
 /// Reads the next operation of an effect; `n` the limiters of the family's layout as it
@@ -709,82 +869,101 @@ pub fn next_op<'a>(r: &mut Reader<'a>, n: &mut usize) -> Result<Option<Op<'a>>, 
     if r.rest().is_empty() {
         return Ok(None);
     }
+    let subject = |r: &mut Reader<'a>| -> Result<&'a [u8], Malformed> {
+        let len = r.count(1)?;
+        if !(1..=crate::core::family::MAX_SUBJECT).contains(&len) {
+            return Err(Malformed("a subject of no or too many bytes"));
+        }
+        r.bytes(len)
+    };
     let op = match r.byte()? {
         LAYOUT => {
             let layout = read_layout(r)?;
             *n = layout.len();
             Op::Layout(layout)
         }
-        PUT => {
-            let len = r.count(1)?;
-            if !(1..=crate::core::family::MAX_SUBJECT).contains(&len) {
-                return Err(Malformed("a subject of no or too many bytes"));
-            }
-            let subject = r.bytes(len)?;
+        code @ (PUT | PUT_SET) => {
+            let subject = subject(r)?;
             let secs = r.varint()?;
             if secs > MAX_TIMESTAMP.ms() / 1000 {
                 return Err(Malformed("a time out of range"));
             }
-            let set = r.byte()?;
             if !(1..=MAX_LIMITERS).contains(n) {
                 return Err(Malformed("a subject's states before its family's layout"));
             }
-            let mut params = [Params2::default(); MAX_LIMITERS];
-            for p in params.iter_mut().take(*n) {
-                *p = Params2 {
-                    a: r.varint()?,
-                    b: r.varint()?,
-                };
-            }
-            let mask = match *n {
-                1 => 1,
-                _ => r.varint()?,
-            };
-            if mask == 0 || mask >> *n != 0 {
-                return Err(Malformed("a mask out of the layout"));
-            }
-            let mut states = [None; MAX_LIMITERS];
-            for (i, s) in states.iter_mut().enumerate().take(*n) {
-                if mask >> i & 1 == 1 {
-                    *s = Some((params[i], Instant::from_ms(r.varint()?), r.varint()?));
-                } else if params[i] != Params2::default() {
-                    return Err(Malformed("parameters of a limiter without a state"));
+            let entry = r.bytes(width(*n))?;
+            let params = match code {
+                PUT_SET => {
+                    let mut params = [Params2::default(); MAX_LIMITERS];
+                    for p in params.iter_mut().take(*n) {
+                        *p = Params2 {
+                            a: r.varint()?,
+                            b: r.varint()?,
+                        };
+                    }
+                    Some(params)
                 }
-            }
+                _ => None,
+            };
             Op::Put {
                 subject,
                 empty_at: Instant::from_ms(secs * 1000),
-                set,
-                states,
+                entry,
+                params,
             }
         }
-        FORGET => {
-            let len = r.count(1)?;
-            Op::Forget(r.bytes(len)?)
-        }
+        FORGET => Op::Forget(subject(r)?),
         _ => return Err(Malformed("an RL.FAMILY operation of no known kind")),
     };
     Ok(Some(op))
 }
 
 /// Checks an effect's operations against the family `state` (`None`: a missing key), before
-/// any is applied: each readable, a layout before any subject, each state one its kind
-/// could hold.
+/// any is applied: each readable, a layout before any subject, each entry one a command
+/// writes, under a set the family holds or the effect gives.
 pub fn check(state: Option<&Subjects>, ops: &[u8]) -> Result<(), Error> {
+    let malformed = |e: Malformed| Error::BadPayload(e.0);
     let mut n = state.map_or(0, |s| s.layout().len());
-    let mut layout: Option<Box<[Limiter]>> = state.map(|s| s.0.layout.clone());
     let mut r = Reader::new(ops);
-    while let Some(op) = next_op(&mut r, &mut n).map_err(|e| Error::BadPayload(e.0))? {
+    let mut relayout = false;
+    while let Some(op) = next_op(&mut r, &mut n).map_err(malformed)? {
+        relayout |= matches!(op, Op::Layout(_));
+    }
+    if let (Some(s), true) = (state, relayout) {
+        // The layout changes the sets' places: checked on a copy (a change of the policy's
+        // limiters, once per family).
+        let mut copy = s.clone();
+        return apply(Some(&mut copy), ops).map(|_| ());
+    }
+    let mut n = state.map_or(0, |s| s.layout().len());
+    let mut layout: Option<Box<[Limiter]>> = None;
+    // Sets the effect gives, before any entry names them.
+    let mut given: smallvec::SmallVec<[(u8, [Params2; MAX_LIMITERS]); 1]> = smallvec::SmallVec::new();
+    let mut r = Reader::new(ops);
+    while let Some(op) = next_op(&mut r, &mut n).map_err(malformed)? {
         match op {
             Op::Layout(l) => layout = Some(l),
-            Op::Put { states, .. } => {
-                let layout = layout.as_deref().ok_or(Error::BadPayload("no layout"))?;
-                for (l, s) in layout.iter().zip(&states) {
-                    if let Some((p, latest, tail)) = *s {
-                        if !kind::packed_check(l.code).is_some_and(|c| c(p, latest, tail)) {
-                            return Err(Error::BadPayload("a state its kind could not hold"));
-                        }
+            Op::Put { entry, params, .. } => {
+                let layout = match (&layout, state) {
+                    (Some(l), _) => &l[..],
+                    (None, Some(s)) => s.layout(),
+                    (None, None) => return Err(Error::BadPayload("no layout")),
+                };
+                let index = entry.first().copied().unwrap_or(u8::MAX);
+                let p: &[Params2] = match &params {
+                    Some(p) => {
+                        given.push((index, *p));
+                        &p[..layout.len()]
                     }
+                    None => match given.iter().rev().find(|(i, _)| *i == index) {
+                        Some((_, p)) => &p[..layout.len()],
+                        None => state
+                            .and_then(|s| s.set_params(index))
+                            .ok_or(Error::BadPayload("an entry of a set the family does not hold"))?,
+                    },
+                };
+                if !check_entry(layout, p, entry) {
+                    return Err(Error::BadPayload("an entry no command writes"));
                 }
             }
             Op::Forget(_) => {}
@@ -806,12 +985,25 @@ pub fn apply_op(s: &mut Subjects, op: Op<'_>) -> Result<(), Error> {
         Op::Put {
             subject,
             empty_at,
-            set,
-            states,
+            entry,
+            params,
         } => {
             let n = s.layout().len();
-            let states = states.get(..n).unwrap_or_default();
-            s.put(subject, set, states, empty_at)
+            let index = entry.first().copied().unwrap_or(u8::MAX);
+            let params: smallvec::SmallVec<[Params2; 2]> = match &params {
+                Some(p) => p[..n].iter().copied().collect(),
+                None => s
+                    .set_params(index)
+                    .ok_or(Refused::Diverged.error())?
+                    .iter()
+                    .copied()
+                    .collect(),
+            };
+            if !check_entry(s.layout(), &params, entry) {
+                return Err(Error::BadPayload("an entry no command writes"));
+            }
+            let place = s.locate(subject);
+            s.store(place, subject, entry, &params, empty_at)
                 .map_err(Refused::error)?;
         }
         Op::Forget(subject) => {

@@ -278,6 +278,46 @@ pub fn family_key(policy: &[u8], subject: &[u8], out: &mut impl KeyBuf) {
     out.put(b"}");
 }
 
+/// The longest family key: a policy's name, `|~|{`, a tag of three, `}`.
+pub const MAX_FAMILY_KEY: usize = MAX_NAME + 8;
+
+/// A family's key on the stack ([`family_key`]).
+pub struct FamilyKey {
+    bytes: [u8; MAX_FAMILY_KEY],
+    len: usize,
+}
+
+impl FamilyKey {
+    /// The key of the family of `subject` under compact policy `policy`.
+    pub fn of(policy: &[u8], subject: &[u8]) -> FamilyKey {
+        let mut key = FamilyKey {
+            bytes: [0; MAX_FAMILY_KEY],
+            len: 0,
+        };
+        family_key(policy, subject, &mut key);
+        key
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        self.bytes.get(..self.len).unwrap_or_default()
+    }
+}
+
+impl KeyBuf for FamilyKey {
+    /// Past [`MAX_FAMILY_KEY`] (not reached: names are bounded) the rest is dropped.
+    #[inline]
+    fn put(&mut self, bytes: &[u8]) {
+        let end = (self.len + bytes.len()).min(MAX_FAMILY_KEY);
+        if let (Some(to), Some(from)) = (
+            self.bytes.get_mut(self.len..end),
+            bytes.get(..end - self.len),
+        ) {
+            to.copy_from_slice(from);
+            self.len = end;
+        }
+    }
+}
+
 /// Where a key is written: bytes appended at once.
 pub trait KeyBuf {
     fn put(&mut self, bytes: &[u8]);

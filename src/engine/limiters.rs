@@ -83,9 +83,17 @@ pub trait Prepared: Send + Sync {
     /// `RL.PEEK`'s answer for its state as a family holds it, at `now`.
     fn peek_packed(&self, state: Packed, now: Instant) -> Option<Decision>;
 
+    /// Whether [`Prepared::alone_packed`] runs it (its command answers as `RL.ALL` does).
+    fn runs_alone(&self) -> bool;
+
     /// [`Prepared::alone`] on a state as a compact policy's family holds it: the reply, the
     /// state it leaves, and what it recorded. `None` for a command that answers otherwise.
-    fn alone_packed(&self, state: Option<Packed>, cost: u64, clock: Clock) -> Option<AloneRan>;
+    fn alone_packed(
+        &self,
+        state: Option<Packed>,
+        cost: u64,
+        clock: Clock,
+    ) -> Option<Result<AloneRan, Error>>;
 
     /// The units it takes for a hit of `cost`: its own `COST` when its words gave one, else
     /// the hit's; none for a hit of `COST 0`, which asks every limiter without taking.
@@ -155,7 +163,16 @@ where
         matches!(<C::Kind as Kind>::FORM, Form::Compact)
     }
 
-    fn alone_packed(&self, state: Option<Packed>, cost: u64, clock: Clock) -> Option<AloneRan> {
+    fn runs_alone(&self) -> bool {
+        C::ALONE
+    }
+
+    fn alone_packed(
+        &self,
+        state: Option<Packed>,
+        cost: u64,
+        clock: Clock,
+    ) -> Option<Result<AloneRan, Error>> {
         if !C::ALONE {
             return None;
         }
@@ -163,7 +180,7 @@ where
         if self.takes_cost || cost == 0 {
             C::set_cost(&mut call, cost);
         }
-        let run = || -> Result<(Reply, PackedSlot, Option<Committed>), Error> {
+        let run = || -> Result<AloneRan, Error> {
             let mut held = match state {
                 Some((p, latest, tail)) => Some(
                     <C::Kind as crate::rm::storage::MaybeCompact>::unpack(p, latest, tail)
@@ -173,29 +190,23 @@ where
             };
             let ran = C::run(held.as_mut(), &call, clock, Mode::Decide)?;
             let mut slot = PackedSlot::new(state);
-            let committed = match ran.change {
+            let recorded = match ran.change {
                 Change::None => None,
-                Change::Held { before, after } => {
+                Change::Held { after, .. } => {
                     let k = held.as_ref().ok_or(Error::Internal("RL.HIT"))?;
                     slot.store(k);
-                    Some(Committed {
-                        reply: ran.reply.clone(),
-                        before,
-                        latest: k.latest_time(),
-                        empty_at: after,
-                    })
+                    Some((k.latest_time(), after))
                 }
                 Change::New { state: k, empty } => {
                     slot.store(&k);
-                    Some(Committed {
-                        reply: ran.reply.clone(),
-                        before: None,
-                        latest: k.latest_time(),
-                        empty_at: empty,
-                    })
+                    Some((k.latest_time(), empty))
                 }
             };
-            Ok((ran.reply, slot, committed))
+            Ok(AloneRan {
+                reply: ran.reply,
+                slot,
+                recorded,
+            })
         };
         Some(run())
     }
@@ -312,8 +323,13 @@ pub trait Limiter<S> {
     fn event(&self) -> &'static std::ffi::CStr;
 }
 
-/// What [`Prepared::alone_packed`] answered and left, or its error.
-pub type AloneRan = Result<(Reply, PackedSlot, Option<Committed>), Error>;
+/// What [`Prepared::alone_packed`] answered and left: its reply, the state, and when it
+/// recorded, the state's latest time and when it is empty again.
+pub struct AloneRan {
+    pub reply: Reply,
+    pub slot: PackedSlot,
+    pub recorded: Option<(Instant, Option<Instant>)>,
+}
 
 /// What a commit did.
 pub struct Committed {

@@ -32,8 +32,7 @@ use crate::rm::key::Key;
 
 /// The family key of `subject` under policy `name`.
 pub fn family_name(ctx: &Context, name: &[u8], subject: &[u8]) -> Result<OwnedString, Error> {
-    let mut key = def::Key::new();
-    def::family_key(name, subject, &mut key);
+    let key = def::FamilyKey::of(name, subject);
     OwnedString::new(ctx, key.as_bytes()).ok_or(Error::Internal("RL.HIT"))
 }
 
@@ -102,24 +101,141 @@ pub(super) fn run(
         &[crate::core::effect::BINARY, FamilyEffect::EFFECT_CODE],
         clock.caller,
     );
-    let ops = effect.bytes.len();
-    let result = decide(
-        &mut key,
-        policy,
-        members,
-        layout,
-        subject,
-        cost,
-        clock,
-        shadow,
-        &mut effect,
-    );
+    let ops = effect.len();
+    let result = match (members, shadow) {
+        // A policy of one limiter runs it as its own command would (as a keyed one).
+        ([m], Shadow::NONE) if m.prepared.runs_alone() => decide_alone(
+            &mut key,
+            policy,
+            members,
+            layout,
+            subject,
+            cost,
+            clock,
+            &mut effect,
+        )
+        .map(Ran::Alone),
+        _ => decide(
+            &mut key,
+            policy,
+            members,
+            layout,
+            subject,
+            cost,
+            clock,
+            shadow,
+            &mut effect,
+        ),
+    };
     drop(key);
     // What was changed goes on, even when the hit then failed (a layout changed first).
-    if effect.bytes.len() > ops {
-        api::replicate_effect(ctx, name.arg(), &effect.bytes);
+    if effect.len() > ops {
+        api::replicate_effect(ctx, name.arg(), effect.as_bytes());
     }
     result
+}
+
+/// The family as the policy's `layout` has it (made, or its layout changed as the policy's
+/// limiters did), written to `effect`; and whether it changed.
+fn family_for<'k>(
+    held: Option<&'k mut Subjects>,
+    fresh: &'k mut Option<Subjects>,
+    layout: &[family::Limiter],
+    effect: &mut EffectWriter,
+) -> Result<(&'k mut Subjects, bool), Error> {
+    let s = match held {
+        Some(s) => s,
+        None => fresh.insert(Subjects::new(layout.into()).ok_or(Error::Internal("RL.HIT"))?),
+    };
+    if s.is_empty() {
+        // A new family (given its layout only if it keeps a subject).
+        effect.layout(layout);
+        return Ok((s, false));
+    }
+    if s.layout() != layout {
+        // The policy's limiters changed since the family was written: each subject keeps
+        // the states of the limiters it still has (as their keys would stay).
+        *s = s.relayout(layout.into()).ok_or(Error::Internal("RL.HIT"))?;
+        effect.layout(layout);
+        return Ok((s, true));
+    }
+    Ok((s, false))
+}
+
+/// [`decide`] for a policy of one limiter whose command answers as `RL.ALL` does: run as its
+/// own command on the unpacked state (`limiters::Prepared::alone_packed`), as a keyed
+/// policy of it runs it on its key.
+#[allow(clippy::too_many_arguments)]
+fn decide_alone(
+    key: &mut Key,
+    policy: &[u8],
+    members: &[Member],
+    layout: &[family::Limiter],
+    subject: &[u8],
+    cost: u64,
+    clock: Clock,
+    effect: &mut EffectWriter,
+) -> Result<Reply, Error> {
+    let ops = effect.len();
+    let Some(m) = members.first() else {
+        return Err(Error::Internal("RL.HIT"));
+    };
+    let mut fresh: Option<Subjects> = None;
+    let (reply, expires, before, changed) = {
+        let mut held = key.state::<Subjects>()?;
+        let (s, mut changed) = family_for(held.as_deref_mut(), &mut fresh, layout, effect)?;
+        let before = s.expires();
+        let place = s.locate(subject);
+        let mut one = [None];
+        let held_until = s.read_at(place, &mut one);
+        let ran = m
+            .prepared
+            .alone_packed(one[0], cost, clock)
+            .ok_or(Error::Internal("RL.HIT"))?
+            .map_err(|e| named(policy, members, subject, 0, e))?;
+        if ran.slot.unfit {
+            return Err(Refused::Unfit.error());
+        }
+        if let (true, Some((latest, empty_at))) = (ran.slot.changed, ran.recorded) {
+            // Empty again when its key would expire: its own empty time, as far past the
+            // server's clock as the state is behind it.
+            let mut empty = held_until;
+            if let Some(at) = empty_at {
+                let at = at.saturating_add(clock.key_lag(latest));
+                empty = Some(empty.map_or(at, |e| e.max(at)));
+            }
+            let empty = empty.unwrap_or(clock.caller);
+            let packed = [ran.slot.state];
+            if let Some((entry, kept)) = s.update(place, &packed, empty) {
+                // In place: the same subject under the same numbers.
+                effect.put_entry(subject, kept, entry, None);
+            } else {
+                let params = [ran.slot.state.map_or(Params2::default(), |p| p.0)];
+                let set = s.set_for(&params).map_err(Refused::error)?;
+                let put = s
+                    .put_at(place, subject, set, &packed, empty)
+                    .map_err(Refused::error)?;
+                let new_set = put.new_set.then_some(&params[..]);
+                effect.put_entry(subject, put.empty_at, put.as_bytes(), new_set);
+            }
+            changed = true;
+        }
+        let swept = s.sweep(api::now(), |gone| effect.forget(gone));
+        changed |= swept.is_some_and(|n| n > 0);
+        (ran.reply, s.expires(), before, changed)
+    };
+    if let Some(new) = fresh {
+        if new.is_empty() {
+            // Nothing kept: no effect either.
+            effect.truncate(ops);
+            return Ok(reply);
+        }
+        key.set(new)?;
+    }
+    if changed {
+        settle_family(key, expires, before);
+    }
+    Ok(reply)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -134,56 +250,23 @@ fn decide(
     shadow: Shadow,
     effect: &mut EffectWriter,
 ) -> Result<Ran, Error> {
-    let ops = effect.bytes.len();
+    let ops = effect.len();
     let mut states: SmallVec<[Option<Packed>; 4]> = smallvec::smallvec![None; members.len()];
     let mut fresh: Option<Subjects> = None;
     let before;
     let (outcome, expires, changed) = {
         let mut held = key.state::<Subjects>()?;
-        let s: &mut Subjects = match held.as_deref_mut() {
-            Some(s) => s,
-            None => fresh.insert(Subjects::new(layout.into()).ok_or(Error::Internal("RL.HIT"))?),
-        };
+        let (s, mut changed) = family_for(held.as_deref_mut(), &mut fresh, layout, effect)?;
         before = s.expires();
-        let mut changed = false;
-        if s.layout() != layout {
-            // The policy's limiters changed since the family was written: each subject
-            // keeps the states of the limiters it still has (as their keys would stay).
-            *s = s.relayout(layout.into()).ok_or(Error::Internal("RL.HIT"))?;
-            effect.layout(layout);
-            changed = true;
-        } else if before.is_none() {
-            // A new family (given its layout only if it keeps a subject).
-            effect.layout(layout);
-        }
         let place = s.locate(subject);
         let held_until = s.read_at(place, &mut states);
         let now = clock.caller;
         let mut slots: SmallVec<[PackedSlot; 4]> = SmallVec::new();
-        // A policy of one limiter runs it as its own command would (as a keyed one).
-        let fast = match (members, shadow) {
-            ([m], Shadow::NONE) => m.prepared.alone_packed(states[0], cost, clock),
-            _ => None,
-        };
-        let mut alone_committed = None;
-        let outcome = match fast {
-            Some(ran) => {
-                let (reply, slot, committed) =
-                    ran.map_err(|e| named(policy, members, subject, 0, e))?;
-                slots.push(slot);
-                alone_committed = committed;
-                Ran::Alone(reply)
-            }
-            None => {
-                for st in states.iter().take(members.len()) {
-                    slots.push(PackedSlot::new(*st));
-                }
-                Ran::All(
-                    decide_all(members, &mut slots, cost, now, shadow)
-                        .map_err(|(i, e)| named(policy, members, subject, i, e))?,
-                )
-            }
-        };
+        for st in states.iter().take(members.len()) {
+            slots.push(PackedSlot::new(*st));
+        }
+        let outcome = decide_all(members, &mut slots, cost, now, shadow)
+            .map_err(|(i, e)| named(policy, members, subject, i, e))?;
         if slots.iter().any(|s| s.unfit) {
             return Err(Refused::Unfit.error());
         }
@@ -191,11 +274,7 @@ fn decide(
             // Empty again when each limiter's key would expire: its state's own empty
             // time, as far past the server's clock as the state is behind it.
             let mut empty = held_until;
-            let committed = match &outcome {
-                Ran::Alone(_) => std::slice::from_ref(&alone_committed),
-                Ran::All(o) => &o.committed[..],
-            };
-            for c in committed.iter().flatten() {
+            for c in outcome.committed.iter().flatten() {
                 if let Some(at) = c.empty_at {
                     let at = at.saturating_add(clock.key_lag(c.latest));
                     empty = Some(empty.map_or(at, |e| e.max(at)));
@@ -208,7 +287,7 @@ fn decide(
             }
             if let Some((entry, kept)) = s.update(place, &packed, empty) {
                 // In place: the same subject under the same numbers.
-                effect.put(subject, kept, entry, None);
+                effect.put_entry(subject, kept, entry, None);
             } else {
                 let params: SmallVec<[Params2; 4]> = packed
                     .iter()
@@ -219,25 +298,43 @@ fn decide(
                     .put_at(place, subject, set, &packed, empty)
                     .map_err(Refused::error)?;
                 let new_set = put.new_set.then_some(&params[..]);
-                effect.put(subject, put.empty_at, put.as_bytes(), new_set);
+                effect.put_entry(subject, put.empty_at, put.as_bytes(), new_set);
             }
             changed = true;
         }
-        changed |= s.sweep(api::now(), |gone| effect.forget(gone)) > 0;
-        (outcome, s.expires(), changed)
+        let swept = s.sweep(api::now(), |gone| effect.forget(gone));
+        changed |= swept.is_some_and(|n| n > 0);
+        (Ran::All(outcome), s.expires(), changed)
     };
     if let Some(new) = fresh {
         if new.is_empty() {
             // Nothing kept: no effect either.
-            effect.bytes.truncate(ops);
+            effect.truncate(ops);
             return Ok(outcome);
         }
         key.set(new)?;
     }
     if changed {
-        settle(key, c"rl.hit", expires, Duration::ZERO, before);
+        settle_family(key, expires, before);
     }
     Ok(outcome)
+}
+
+/// Gives a changed family key what its command leaves: its expiry (the latest empty time of
+/// its subjects, `expires`; the key deleted with none), its keyspace event. The expiry is
+/// set when it moves (a change made to the key's by a client, `PERSIST`, holds until the
+/// next subject empty later than all: reading it back on every call would cost a lookup).
+fn settle_family(key: &Key, expires: Option<Instant>, before: Option<Instant>) {
+    match expires {
+        Some(at) if expires != before => key.expire_at(at),
+        Some(_) => {}
+        None => key.delete(),
+    }
+    key.signal_modified();
+    key.notify(c"rl.hit");
+    if expires.is_none() {
+        key.notify_deleted();
+    }
 }
 
 /// A subject's states under a compact policy, one for each limiter (`None`: none), and when
@@ -296,6 +393,6 @@ pub fn forget(ctx: &Context, policy: &[u8], subject: &[u8]) -> Result<bool, Erro
         api::now(),
     );
     effect.forget(subject);
-    api::replicate_effect(ctx, name.arg(), &effect.bytes);
+    api::replicate_effect(ctx, name.arg(), effect.as_bytes());
     Ok(true)
 }

@@ -13,7 +13,7 @@
 //!
 //! Its command, `RL.FAMILY`, is the effect of what `RL.HIT` and `RL.POLICY FORGET` decided
 //! on a family (what replicas and the AOF apply, in `RL.APPLY`, never decided again): a
-//! list of operations in bytes, `now` then each one (see [`Op`]).
+//! list of operations in bytes, `now` (8 bytes, little-endian) then each one (see [`Op`]).
 //!
 //! Encoding (kind 9): version 1, `n (code len name)* expires_s sets (index params*)* family`,
 //! the family's canonical encoding last (`core::family`): the same subjects and sets give
@@ -39,7 +39,7 @@ pub const MAX_SETS: usize = 255;
 /// layout changed) goes over whole. About 600 at 10 M subjects spread over the 16,384
 /// slots, 6,100 at 100 M; subjects with a hash tag of their own share their tag's family.
 pub const MAX_SUBJECTS: usize = 1 << 15;
-/// Index slots a call sweeps at least (see [`Subjects::sweep`]).
+/// Index slots a sweep goes over at least (see [`Subjects::sweep`]).
 pub const SWEEP: usize = 4;
 /// A family's whole index is swept at least this often, in seconds, while calls come.
 pub const SWEEP_PERIOD_S: u64 = 10;
@@ -453,17 +453,19 @@ impl Subjects {
     }
 
     /// Removes the subjects empty at `now` among the next slots of the index (see
-    /// `core::family::Family::sweep`), handing each to `removed`: how many. It goes over
-    /// [`SWEEP`] slots, more when the last sweep is a while back: the whole index every
-    /// [`SWEEP_PERIOD_S`] seconds at least while calls come, [`SWEEP_MAX`] slots at most.
-    pub fn sweep(&mut self, now: Instant, removed: impl FnMut(&[u8])) -> usize {
+    /// `core::family::Family::sweep`), handing each to `removed`: how many. It runs on the
+    /// first call of each second, over the slots that the time since the last one gives
+    /// (the whole index every [`SWEEP_PERIOD_S`] seconds while calls come), [`SWEEP`] at
+    /// least, [`SWEEP_MAX`] at most.
+    /// `None` when no sweep is due (the last one this second).
+    pub fn sweep(&mut self, now: Instant, removed: impl FnMut(&[u8])) -> Option<usize> {
         let since = self.0.family.since_sweep(now);
         if since == 0 {
-            return 0;
+            return None;
         }
         let behind = (self.index_len() as u64).saturating_mul(since) / SWEEP_PERIOD_S;
         let budget = behind.clamp(SWEEP as u64, SWEEP_MAX as u64) as usize;
-        self.sweep_slots(now, budget, removed)
+        Some(self.sweep_slots(now, budget, removed))
     }
 
     /// [`Subjects::sweep`] over `budget` slots.
@@ -764,7 +766,7 @@ pub struct FamilyEffect;
 /// - `1 n (code len name)*`: the family's layout (a new family, or the policy's limiters
 ///   changed: [`Subjects::relayout`]);
 /// - `2 len subject empty_s entry`: a subject's entry (`set [mask] state*`, as the family
-///   holds it), under a set the family holds;
+///   holds it), under a set the family holds, `empty_s` in 4 bytes (little-endian);
 /// - `4 len subject empty_s entry params{2n}`: the same under a new set, its parameters;
 /// - `3 len subject`: a subject removed.
 // Read one at a time, on the stack: a box for the parameters would cost an allocation.
@@ -794,73 +796,128 @@ pub struct Effect<'a> {
     pub ops: Cow<'a, [u8]>,
 }
 
-/// Writes a family's effect, operation by operation (on the stack for most).
-#[derive(Default)]
+/// Writes a family's effect, operation by operation: on the stack, unless it outgrows it
+/// (long subjects, many removed).
 pub struct EffectWriter {
-    pub bytes: smallvec::SmallVec<[u8; 96]>,
+    buf: [u8; EFFECT_INLINE],
+    len: usize,
+    spill: Vec<u8>,
 }
+
+/// The bytes of an effect kept on the stack.
+const EFFECT_INLINE: usize = 96;
 
 impl EffectWriter {
     /// An effect at `now`, after `prefix` (`RL.APPLY`'s bytes before the operations).
     pub fn new(prefix: &[u8], now: Instant) -> EffectWriter {
         let mut w = EffectWriter {
-            bytes: smallvec::SmallVec::from_slice(prefix),
+            buf: [0; EFFECT_INLINE],
+            len: 0,
+            spill: Vec::new(),
         };
-        varint(&mut w.bytes, now.ms());
+        w.put(prefix);
+        w.put(&now.ms().to_le_bytes());
         w
     }
 
+    /// Its bytes so far.
+    pub fn as_bytes(&self) -> &[u8] {
+        match self.spill.is_empty() {
+            true => self.buf.get(..self.len).unwrap_or_default(),
+            false => &self.spill,
+        }
+    }
+
+    /// How many bytes it holds.
+    pub fn len(&self) -> usize {
+        self.as_bytes().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops what was written after the first `len` bytes.
+    pub fn truncate(&mut self, len: usize) {
+        match self.spill.is_empty() {
+            true => self.len = self.len.min(len),
+            false => self.spill.truncate(len),
+        }
+    }
+
+    #[inline(always)]
+    fn put(&mut self, bytes: &[u8]) {
+        if self.spill.is_empty() {
+            if let Some(to) = self.buf.get_mut(self.len..self.len + bytes.len()) {
+                to.copy_from_slice(bytes);
+                self.len += bytes.len();
+                return;
+            }
+            self.spill
+                .extend_from_slice(self.buf.get(..self.len).unwrap_or_default());
+        }
+        self.spill.extend_from_slice(bytes);
+    }
+
+    #[inline(always)]
+    fn byte(&mut self, b: u8) {
+        match self.buf.get_mut(self.len) {
+            Some(to) if self.spill.is_empty() => {
+                *to = b;
+                self.len += 1;
+            }
+            _ => self.put(&[b]),
+        }
+    }
+
+    #[inline(always)]
+    fn varint(&mut self, mut v: u64) {
+        let mut out = [0u8; 10];
+        let mut n = 0;
+        while v >= 0x80 && n < 9 {
+            out[n] = v as u8 | 0x80;
+            v >>= 7;
+            n += 1;
+        }
+        out[n] = v as u8;
+        self.put(&out[..=n]);
+    }
+
     pub fn layout(&mut self, layout: &[Limiter]) {
-        let b = &mut self.bytes;
-        b.push(LAYOUT);
-        varint(b, layout.len() as u64);
+        self.byte(LAYOUT);
+        self.varint(layout.len() as u64);
         for l in layout {
-            b.push(l.code);
-            varint(b, l.name.len() as u64);
-            b.extend_from_slice(&l.name);
+            self.byte(l.code);
+            self.varint(l.name.len() as u64);
+            self.put(&l.name);
         }
     }
 
     /// A subject's entry as [`Subjects::put`] or [`Subjects::update`] wrote it, empty at
     /// `empty_at`; `new_set` the parameters of its set when new.
-    pub fn put(
+    pub fn put_entry(
         &mut self,
         subject: &[u8],
         empty_at: Instant,
         entry: &[u8],
         new_set: Option<&[Params2]>,
     ) {
-        let b = &mut self.bytes;
-        b.push(if new_set.is_some() { PUT_SET } else { PUT });
-        varint(b, subject.len() as u64);
-        b.extend_from_slice(subject);
-        varint(b, empty_at.ms() / 1000);
-        b.extend_from_slice(entry);
+        self.byte(if new_set.is_some() { PUT_SET } else { PUT });
+        self.varint(subject.len() as u64);
+        self.put(subject);
+        self.put(&Family::seconds(empty_at).to_le_bytes());
+        self.put(entry);
         for p in new_set.unwrap_or_default() {
-            varint(b, p.a);
-            varint(b, p.b);
+            self.varint(p.a);
+            self.varint(p.b);
         }
     }
 
     pub fn forget(&mut self, subject: &[u8]) {
-        let b = &mut self.bytes;
-        b.push(FORGET);
-        varint(b, subject.len() as u64);
-        b.extend_from_slice(subject);
+        self.byte(FORGET);
+        self.varint(subject.len() as u64);
+        self.put(subject);
     }
-}
-
-#[inline(always)]
-fn varint(b: &mut smallvec::SmallVec<[u8; 96]>, mut v: u64) {
-    let mut out = [0u8; 10];
-    let mut n = 0;
-    while v >= 0x80 && n < 9 {
-        out[n] = v as u8 | 0x80;
-        v >>= 7;
-        n += 1;
-    }
-    out[n] = v as u8;
-    b.extend_from_slice(&out[..=n]);
 }
 
 /// Reads the next operation of an effect; `n` the limiters of the family's layout as it
@@ -884,7 +941,9 @@ pub fn next_op<'a>(r: &mut Reader<'a>, n: &mut usize) -> Result<Option<Op<'a>>, 
         }
         code @ (PUT | PUT_SET) => {
             let subject = subject(r)?;
-            let secs = r.varint()?;
+            let secs = u64::from(u32::from_le_bytes(
+                r.bytes(4)?.try_into().map_err(|_| Malformed("cut short"))?,
+            ));
             if secs > MAX_TIMESTAMP.ms() / 1000 {
                 return Err(Malformed("a time out of range"));
             }
@@ -1071,7 +1130,12 @@ impl Command for FamilyEffect {
         let bytes = crate::core::effect::from_hex(word)
             .ok_or(Error::BadPayload("an RL.FAMILY effect is its bytes in hex"))?;
         let mut r = Reader::new(&bytes);
-        let now = r.varint().map_err(|e| Error::BadPayload(e.0))?;
+        let now = r
+            .bytes(8)
+            .ok()
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+            .ok_or(Error::BadPayload("an RL.FAMILY effect starts with its time"))?;
         if now > MAX_TIMESTAMP.ms() {
             return Err(Error::BadPayload("a time out of range"));
         }
@@ -1130,7 +1194,7 @@ impl Command for FamilyEffect {
     /// Not reached: a client's call is refused, and `RL.HIT` writes its effect itself.
     fn effect<O: Out>(call: &Effect<'_>, _reply: &Reply, _at: Instant, out: &mut O) {
         let mut bytes = Vec::new();
-        bytes.varint(call.now.ms());
+        bytes.extend_from_slice(&call.now.ms().to_le_bytes());
         bytes.extend_from_slice(&call.ops);
         out.hex(&bytes);
     }

@@ -96,11 +96,11 @@ proptest! {
                     let place = s.locate(&subject);
                     if let Some((entry, kept)) = s.update(place, &states, at + 1000) {
                         let entry = entry.to_vec();
-                        effect.put(&subject, kept, &entry, None);
+                        effect.put_entry(&subject, kept, &entry, None);
                     } else {
                         let set = s.set_for(&params).unwrap();
                         let put = s.put_at(place, &subject, set, &states, at + 1000).unwrap();
-                        effect.put(&subject, put.empty_at, put.as_bytes(), put.new_set.then_some(&params[..]));
+                        effect.put_entry(&subject, put.empty_at, put.as_bytes(), put.new_set.then_some(&params[..]));
                     }
                     model.insert(subject, states);
                 }
@@ -130,8 +130,8 @@ proptest! {
                 }
             }
             // The replica: the effect's bytes, checked, then applied.
-            let mut r = Reader::new(&effect.bytes);
-            r.varint().unwrap();
+            let mut r = Reader::new(effect.as_bytes());
+            r.bytes(8).unwrap();
             let ops = r.rest();
             check(Some(&replica), ops).unwrap();
             if apply(Some(&mut replica), ops).is_err() {

@@ -115,6 +115,27 @@ CASES=(
   "cl-hot-refuse      | cl.throttle |                | 100 |           | CL.THROTTLE cl:tok 99 100 60"
   "cl-hot-allow       | cl.throttle |                | 100 |           | CL.THROTTLE cl:tokall 1999999999 1 1"
   "cl-100k-keys       | cl.throttle |                | 100 | -r 100000 | CL.THROTTLE cl:t:__rand_int__ 99 100 3600"
+  # RL.HIT under a keyed policy and a compact one of the same bucket (POLICIES below), hot,
+  # refused, on 100,000 subjects, and on new subjects each call (-r 1000000000).
+  "hit-hot-allow      | rl.hit   |                   | 100 |           | RL.HIT ptok u"
+  "hit-hot-refuse     | rl.hit   |                   | 100 |           | RL.HIT ptokr u"
+  "hit-100k           | rl.hit   |                   | 100 | -r 100000 | RL.HIT plive k:__rand_int__"
+  "hit-new            | rl.hit   |                   | 100 | -r 1000000000 | RL.HIT plive n:__rand_int__"
+  "chit-hot-allow     | rl.hit   | hit-hot-allow     | 100 |           | RL.HIT ctok u"
+  "chit-hot-refuse    | rl.hit   | hit-hot-refuse    | 100 |           | RL.HIT ctokr u"
+  "chit-100k          | rl.hit   | hit-100k          | 100 | -r 100000 | RL.HIT clive k:__rand_int__"
+  "chit-new           | rl.hit   | hit-new           | 100 | -r 1000000000 | RL.HIT clive n:__rand_int__"
+)
+
+# The policies of the RL.HIT cases, set when the module has RL.HIT (a compact one when it
+# takes COMPACT): keyed and compact, the same bucket.
+POLICIES=(
+  "ptok t TOKEN 2000000000 1000"
+  "ptokr t TOKEN 100 86400000"
+  "plive t TOKEN 100 86400000"
+  "ctok COMPACT t TOKEN 2000000000 1000"
+  "ctokr COMPACT t TOKEN 100 86400000"
+  "clive COMPACT t TOKEN 100 86400000"
 )
 
 # Keys a case needs before it runs: the command, run once for each of the 100,000 numbers
@@ -167,6 +188,12 @@ launch_server() { # port
 
 start_server 10 redis-server launch_server "$TMP/redis.log"
 log "redis-server $SERVER_VERSION on 127.0.0.1:$PORT (pid $SERVER_PID) with $MODULE"
+# Policies (a build without RL.HIT or COMPACT skips the cases that need them).
+declare -A NO_POLICY=()
+for p in "${POLICIES[@]}"; do
+  # shellcheck disable=SC2086 # (the policy's words)
+  [[ $(rcli RL.POLICY SET $p 2>&1) == OK ]] || NO_POLICY[${p%% *}]=1
+done
 
 # ---------------------------------------------------------------------------------------
 # Cases
@@ -183,6 +210,7 @@ for i in "${!CASES[@]}"; do
   [[ -z ${KNOWN[$name]:-} ]] || die "duplicate case name $name"
   KNOWN[$name]=1
   [[ -n $CL_BY || ! $cmd =~ ^CL\. ]] || continue
+  [[ ! $cmd =~ ^RL\.HIT\ ([^ ]+) || -z ${NO_POLICY[${BASH_REMATCH[1]}]:-} ]] || continue
   [[ -z $ONLY || $i == 0 || $name =~ $ONLY ]] || continue
   INDEX[$name]=${#NAMES[@]}
   NAMES+=("$name") STATS+=("$stat") VS+=("$vs") SHARE+=("$share") OPTS+=("$opts") CMDS+=("$cmd")

@@ -1,8 +1,9 @@
 //! Atomic slot migration (Valkey 9+, `CLUSTER MIGRATESLOTS`) of a slot holding keys of every
-//! kind, under a steady write load and with callers waiting for a lease: afterwards every
-//! limiter answers as a server that saw the same calls without the move (a shadow), nothing
-//! is lost or counted twice (the target's AOF rebuilds the same keys; the source's, none of
-//! the slot), no waiter hangs, and the source keeps nothing of the slot.
+//! kind (a compact policy's family among them), under a steady write load and with callers
+//! waiting for a lease: afterwards every limiter answers as a server that saw the same calls
+//! without the move (a shadow), nothing is lost or counted twice (the target's AOF rebuilds
+//! the same keys; the source's, none of the slot), no waiter hangs, and the source keeps
+//! nothing of the slot.
 //!
 //! On a server without it, the test says so in cargo test's summary: ignored, with the
 //! reason. (It finds out when it runs, so this file has a harness of its own, libtest-mimic:
@@ -68,10 +69,14 @@ fn node() -> (Server, String) {
 /// The slot every key of the test is in: the tag `{m}`'s.
 const TAG: &str = "{m}";
 
+/// The compact policy of the load's `RL.HIT` calls, set on every node and the shadow.
+const POLICY: &str = "c";
+const POLICY_DEF: [&str; 6] = ["COMPACT", "t", "TOKEN", "50", "600000", ""];
+
 /// Every kind's call, the `i`th of the load, at `now`: the same words go to the cluster and
 /// to the shadow. Lease ids are the caller's, so both make the same ones.
 fn op(i: u64, now: u64) -> Vec<String> {
-    let line = match i % 9 {
+    let line = match i % 10 {
         0 => format!("RL.SLIDE {TAG}:slide 400 600000 NOW {now}"),
         1 => format!("RL.TOKEN {TAG}:token 300 600000 NOW {now}"),
         2 => format!("RL.LEAKY {TAG}:leaky 300 600000 NOW {now}"),
@@ -80,7 +85,9 @@ fn op(i: u64, now: u64) -> Vec<String> {
         5 => format!("CL.THROTTLE {TAG}:cl 100 300 600 NOW {now}"),
         6 => format!("RL.ALL 2 {TAG}:a {TAG}:b SLIDE 200 600000 TOKEN 250 600000 COST 2 NOW {now}"),
         7 => format!("RL.ACQUIRE {TAG}:lease 5 600000 ID l{i} NOW {now}"),
-        _ => format!("RL.RELEASE {TAG}:lease l{} NOW {now}", i.saturating_sub(11)),
+        8 => format!("RL.RELEASE {TAG}:lease l{} NOW {now}", i.saturating_sub(11)),
+        // A compact policy's subjects: their family is a key of the slot too.
+        _ => format!("RL.HIT {POLICY} {TAG}:s{} NOW {now}", i % 7),
     };
     line.split(' ').map(str::to_string).collect()
 }
@@ -179,6 +186,11 @@ fn a_slot_moves_atomically_under_load_with_every_kind_and_waiters() {
     }
     let shadow = Server::start(&[]);
     let mut sh = shadow.conn();
+    for n in [&source, &target, &shadow] {
+        let mut words = vec!["RL.POLICY", "SET", POLICY];
+        words.extend(POLICY_DEF.iter().filter(|w| !w.is_empty()));
+        run(&mut n.conn(), &words).unwrap();
+    }
     let mut conns = vec![(source.port, source.conn()), (target.port, target.conn())];
     let mut at = 0;
     let mut seen = Redirects::default();
@@ -280,10 +292,18 @@ fn a_slot_moves_atomically_under_load_with_every_kind_and_waiters() {
     );
 
     // Every key is on the target, as on the shadow; none is left on the source.
-    let keys = [
+    let family: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{POLICY}|~|*"))
+        .query(&mut sh)
+        .unwrap();
+    assert_eq!(family.len(), 1, "{family:?}");
+    let keys: Vec<String> = [
         "slide", "token", "leaky", "fixed", "subwin", "cl", "a", "b", "lease",
     ]
-    .map(|k| format!("{TAG}:{k}"));
+    .map(|k| format!("{TAG}:{k}"))
+    .into_iter()
+    .chain(family)
+    .collect();
     let mut tc = target.conn();
     for k in &keys {
         assert_eq!(digest(&mut tc, k), digest(&mut sh, k), "{k}");

@@ -301,6 +301,8 @@ pub struct Clock {
     /// Whether the call comes from the primary or the AOF, decided already (the older
     /// form of an effect: a command with `NOW`).
     pub decided: bool,
+    /// The server clock when the call started (what keys expire by).
+    pub server: Instant,
 }
 
 impl Clock {

@@ -249,10 +249,12 @@ where
     /// Runs the call again at the server's time, as a client's own call: served when it
     /// gets its units, else tried again when it said they will be free.
     fn attempt(&self, ctx: &Context, name: Arg) -> Attempt {
+        let now = server_now();
         let clock = Clock {
-            caller: server_now(),
+            caller: now,
             lag: Duration::ZERO,
             decided: false,
+            server: now,
         };
         match run_at::<C>(ctx, name, &self.call, clock, Mode::Decide) {
             Ok((reply, true)) => match retry_after(&reply) {

@@ -228,6 +228,7 @@ pub fn clock(ctx: &Context, now: Option<Instant>, mode: Mode) -> Result<Clock, E
                 caller: server,
                 lag: Duration::ZERO,
                 decided: false,
+                server,
             })
         }
         (None, _) => return Err(Error::Invalid("an RL.APPLY effect needs NOW")),
@@ -237,6 +238,7 @@ pub fn clock(ctx: &Context, now: Option<Instant>, mode: Mode) -> Result<Clock, E
             caller,
             lag: Duration::ZERO,
             decided: true,
+            server,
         });
     }
     if let Some(max_ms) = config::now_max_ahead_ms() {
@@ -255,6 +257,7 @@ pub fn clock(ctx: &Context, now: Option<Instant>, mode: Mode) -> Result<Clock, E
         caller,
         lag,
         decided: false,
+        server,
     })
 }
 

@@ -102,6 +102,7 @@ where
             caller: now,
             lag: crate::core::Duration::ZERO,
             decided: false,
+            server: now,
         };
         let ran = C::run(state.as_mut(), &call, clock, Mode::Decide)?;
         let reply = match ran.reply {

@@ -171,6 +171,7 @@ where
                 caller: now,
                 lag: Duration::ZERO,
                 decided: false,
+                server: now,
             };
             match C::run(held.as_mut(), &call, clock, Mode::Decide).map(|r| r.change) {
                 Ok(Change::New { state: new, .. }) => held = Some(new),

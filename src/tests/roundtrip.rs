@@ -192,6 +192,7 @@ where
         caller: now,
         lag: Duration::ZERO,
         decided: false,
+        server: now,
     };
     let ran = C::run(held.as_mut(), &call, clock, Mode::Decide).ok()?;
     let state = match ran.change {
@@ -414,6 +415,7 @@ where
         caller: at,
         lag: Duration::ZERO,
         decided: false,
+        server: at,
     };
     let ran = C::run(held.as_mut(), &call, clock, Mode::Apply)
         .map_err(|e| format!("the replica refused: {e}"))?;

@@ -220,7 +220,7 @@ fn decide_alone(
             }
             changed = true;
         }
-        let swept = s.sweep(api::now(), |gone| effect.forget(gone));
+        let swept = s.sweep(clock.server, |gone| effect.forget(gone));
         changed |= swept.is_some_and(|n| n > 0);
         (ran.reply, s.expires(), before, changed)
     };
@@ -302,7 +302,7 @@ fn decide(
             }
             changed = true;
         }
-        let swept = s.sweep(api::now(), |gone| effect.forget(gone));
+        let swept = s.sweep(clock.server, |gone| effect.forget(gone));
         changed |= swept.is_some_and(|n| n > 0);
         (Ran::All(outcome), s.expires(), changed)
     };

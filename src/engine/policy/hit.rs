@@ -162,10 +162,10 @@ fn hit(
 ) -> Result<Decided, Error> {
     let tagged = def::check_subject(subject)?;
     let mut owned: SmallVec<[OwnedString; ALL_INLINE]> = SmallVec::new();
-    let mut key = def::Key::new();
     let on = match &policy.layout {
         Some(layout) => On::Family(subject, layout),
         None => {
+            let mut key = def::Key::new();
             for m in members {
                 key.clear();
                 let name = policy.name.as_bytes();
@@ -180,7 +180,7 @@ fn hit(
         return decide(ctx, policy, members, on, cost, clock, |_| None);
     };
     // The penalty's key: `policy||penalty|{subject}` (no limiter has an empty name).
-    key.clear();
+    let mut key = def::Key::new();
     def::write_key(
         policy.name.as_bytes(),
         b"",

@@ -40,7 +40,7 @@ pub const MAX_SETS: usize = 255;
 /// slots, 6,100 at 100 M; subjects with a hash tag of their own share their tag's family.
 pub const MAX_SUBJECTS: usize = 1 << 15;
 /// Index slots a sweep goes over at least (see [`Subjects::sweep`]).
-pub const SWEEP: usize = 4;
+pub const SWEEP: usize = 1;
 /// A family's whole index is swept at least this often, in seconds, while calls come.
 pub const SWEEP_PERIOD_S: u64 = 10;
 /// The most index slots one call sweeps.
@@ -455,15 +455,17 @@ impl Subjects {
     /// Removes the subjects empty at `now` among the next slots of the index (see
     /// `core::family::Family::sweep`), handing each to `removed`: how many. It runs on the
     /// first call of each second, over the slots that the time since the last one gives
-    /// (the whole index every [`SWEEP_PERIOD_S`] seconds while calls come), [`SWEEP`] at
-    /// least, [`SWEEP_MAX`] at most.
+    /// (the whole index every [`SWEEP_PERIOD_S`] seconds while calls come), [`SWEEP_MAX`] at
+    /// most.
     /// `None` when no sweep is due (the last one this second).
     pub fn sweep(&mut self, now: Instant, removed: impl FnMut(&[u8])) -> Option<usize> {
         let since = self.0.family.since_sweep(now);
         if since == 0 {
             return None;
         }
-        let behind = (self.index_len() as u64).saturating_mul(since) / SWEEP_PERIOD_S;
+        let behind = (self.index_len() as u64)
+            .saturating_mul(since)
+            .div_ceil(SWEEP_PERIOD_S);
         let budget = behind.clamp(SWEEP as u64, SWEEP_MAX as u64) as usize;
         Some(self.sweep_slots(now, budget, removed))
     }
@@ -802,22 +804,41 @@ pub struct EffectWriter {
     buf: [u8; EFFECT_INLINE],
     len: usize,
     spill: Vec<u8>,
+    /// Its first bytes (`RL.APPLY`'s before the operations, at most 2) and its time,
+    /// written with its first operation: an effect of none stays empty.
+    prefix: [u8; 2],
+    prefix_len: usize,
+    now: Instant,
 }
 
 /// The bytes of an effect kept on the stack.
 const EFFECT_INLINE: usize = 96;
 
 impl EffectWriter {
-    /// An effect at `now`, after `prefix` (`RL.APPLY`'s bytes before the operations).
+    /// An effect at `now`, after `prefix` (`RL.APPLY`'s bytes before the operations, at
+    /// most 2): empty until its first operation.
     pub fn new(prefix: &[u8], now: Instant) -> EffectWriter {
-        let mut w = EffectWriter {
+        let mut first = [0u8; 2];
+        let prefix_len = prefix.len().min(2);
+        first[..prefix_len].copy_from_slice(&prefix[..prefix_len]);
+        EffectWriter {
             buf: [0; EFFECT_INLINE],
             len: 0,
             spill: Vec::new(),
-        };
-        w.put(prefix);
-        w.put(&now.ms().to_le_bytes());
-        w
+            prefix: first,
+            prefix_len,
+            now,
+        }
+    }
+
+    /// Writes its first bytes before its first operation.
+    #[inline(always)]
+    fn start(&mut self) {
+        if self.len == 0 && self.spill.is_empty() {
+            let prefix = self.prefix;
+            self.put(&prefix[..self.prefix_len]);
+            self.put(&self.now.ms().to_le_bytes());
+        }
     }
 
     /// Its bytes so far.
@@ -884,6 +905,7 @@ impl EffectWriter {
     }
 
     pub fn layout(&mut self, layout: &[Limiter]) {
+        self.start();
         self.byte(LAYOUT);
         self.varint(layout.len() as u64);
         for l in layout {
@@ -902,6 +924,7 @@ impl EffectWriter {
         entry: &[u8],
         new_set: Option<&[Params2]>,
     ) {
+        self.start();
         self.byte(if new_set.is_some() { PUT_SET } else { PUT });
         self.varint(subject.len() as u64);
         self.put(subject);
@@ -914,6 +937,7 @@ impl EffectWriter {
     }
 
     pub fn forget(&mut self, subject: &[u8]) {
+        self.start();
         self.byte(FORGET);
         self.varint(subject.len() as u64);
         self.put(subject);

@@ -37,6 +37,8 @@ TAG=bench-memory RCLI_TIMEOUT=300
 MAX_X_BUCKET=1.2      # token, leaky, fixed: bytes per key, x set-px
 MAX_SLIDE_ONE=240     # slide-1: bytes per key
 MAX_X_RELOAD=1.5      # every RL.* kind: DEBUG RELOAD CPU time, x set-px's
+# Target from issue 30.
+MAX_COMPACT=48        # a compact policy's subject (one bucket, fixed window or throttle)
 
 env_used MODULE CELL_SO BENCH_MEMORY_KEYS BENCH_MEMORY_RELOADS BENCH_MEMORY_SUBJECTS BENCH_MEMORY_PART BENCH_MEMORY_SUBJECT_KINDS
 KEYS=${BENCH_MEMORY_KEYS:-1000000}
@@ -165,6 +167,14 @@ if ((${#S_NAMES[@]} > 0)); then
   for line in "${SUBJECT_KINDS[@]}"; do
     IFS='|' read -r name _ policy <<<"$line"
     [[ -z ${policy// /} ]] || echo "  $(trim "$name"): RL.POLICY SET $(trim "$policy")"
+  done
+  echo "Anchors (cited by issue 30, not measured here): nginx limit_req 64 bytes a state;"
+  echo "throttlecrab about 100; a Redis string key with a TTL about 55 of overhead alone."
+  echo "Targets (issue 30): c-token, c-leaky, c-fixed, c-throttle <= $MAX_COMPACT bytes a subject."
+  for i in "${!S_NAMES[@]}"; do
+    [[ ${S_NAMES[i]} == c-* ]] || continue
+    awk -v b="${S_BYTES[i]}" -v m="$MAX_COMPACT" 'BEGIN { exit !(b > m) }' &&
+      echo "  MISSED: ${S_NAMES[i]} at ${S_COUNT[i]} subjects: ${S_BYTES[i]} bytes"
   done
 fi
 if ((${#NAMES[@]} == 0)); then

@@ -149,11 +149,11 @@ CASES=(
   "hit-penalty-banned    | hot             | 0   | refuse | hit-token-hot-refuse      | 100 | RL.HIT pban u"
   # A keyed policy's new subject (its key made), and compact policies (issue 30): the same
   # limiters, the subjects in families; `vs` the keyed case, which each must not exceed.
-  "hit-token-new         | new=hit-token-live | 1 | new  | token-new                 | 100 | RL.HIT plive n:__rand_int__"
+  "hit-token-new         | new=hit-token-live | 1 | -    | token-new                 | 100 | RL.HIT plive n:__rand_int__"
   "chit-token-hot-allow  | hot             | 1   | -      | hit-token-hot-allow       | 100 | RL.HIT ctok u"
-  "chit-token-hot-refuse | hot             | 0   | refuse | hit-token-hot-refuse      | 100 | RL.HIT ctokr u"
-  "chit-token-live       | live            | 1   | live   | hit-token-live            | 100 | RL.HIT clive k:__rand_int__"
-  "chit-token-new        | new=chit-token-live | 1 | new  | hit-token-new             | 100 | RL.HIT clive n:__rand_int__"
+  "chit-token-hot-refuse | hot             | 0   | -      | hit-token-hot-refuse      | 100 | RL.HIT ctokr u"
+  "chit-token-live       | live            | 1   | -      | hit-token-live            | 100 | RL.HIT clive k:__rand_int__"
+  "chit-token-new        | new=chit-token-live | 1 | -    | hit-token-new             | 100 | RL.HIT clive n:__rand_int__"
   "chit-all-hot-allow    | hot             | 1   | -      | hit-all-hot-allow         | 100 | RL.HIT call u COST 4"
 
   "lua-slide-hot-allow    | hot                   | 1 | - |  | 25 | EVALSHA @sliding_log@ 1 hotall 4000000000 1000"

@@ -72,6 +72,8 @@ pub struct Place {
     slot: usize,
     found: bool,
     hash: u64,
+    /// Where the found entry's state starts in the arena.
+    state_at: usize,
 }
 
 impl Place {
@@ -182,6 +184,11 @@ impl Family {
     }
 
     fn find_hashed(&self, subject: &[u8], h: u64) -> Option<(usize, bool)> {
+        self.place_of(subject, h).map(|p| (p.slot, p.found))
+    }
+
+    /// Where `subject` (its hash `h`) is, or would go; `None` for an index of no slot.
+    fn place_of(&self, subject: &[u8], h: u64) -> Option<Place> {
         let len = self.index.len();
         if len == 0 {
             return None;
@@ -190,16 +197,37 @@ impl Family {
         let mut at = (((h & 0xffff_ffff) * len as u64) >> 32) as usize;
         let bits = (h >> 56) as u32;
         let mut first_gone = None;
+        let missing = |slot: usize| Place {
+            slot,
+            found: false,
+            hash: h,
+            state_at: 0,
+        };
         for _ in 0..len {
             match *self.index.get(at)? {
-                FREE => return Some((first_gone.unwrap_or(at), false)),
+                FREE => return Some(missing(first_gone.unwrap_or(at))),
                 GONE => {
                     first_gone.get_or_insert(at);
                 }
                 slot if slot >> 24 == bits => {
-                    let (e, _) = self.entry_at((slot & OFFSET_MASK) as usize - 1)?;
-                    if e.subject == subject {
-                        return Some((at, true));
+                    // The entry's subject, read as `entry_at` does, compared.
+                    let offset = (slot & OFFSET_MASK) as usize - 1;
+                    let first = usize::from(*self.arena.get(offset)?);
+                    let (n, head) = match first < 128 {
+                        true => (first, 1),
+                        false => (
+                            (first & 0x7f) << 8 | usize::from(*self.arena.get(offset + 1)?),
+                            2,
+                        ),
+                    };
+                    let start = offset + head;
+                    if self.arena.get(start..start + n)? == subject {
+                        return Some(Place {
+                            slot: at,
+                            found: true,
+                            hash: h,
+                            state_at: start + n,
+                        });
                     }
                 }
                 _ => {}
@@ -209,23 +237,36 @@ impl Family {
                 at = 0;
             }
         }
-        first_gone.map(|at| (at, false))
+        first_gone.map(missing)
     }
 
     /// Where `subject` is, or would go.
     pub fn locate(&self, subject: &[u8]) -> Place {
         let hash = hash(subject);
-        let (slot, found) = self.find_hashed(subject, hash).unwrap_or((0, false));
-        Place { slot, found, hash }
+        self.place_of(subject, hash).unwrap_or(Place {
+            slot: 0,
+            found: false,
+            hash,
+            state_at: 0,
+        })
     }
 
-    /// The entry at `place` (located in this family as it is), if it holds one.
-    pub fn entry_at_place(&self, place: Place) -> Option<Entry<'_>> {
+    /// The state and empty time of the entry at `place` (located in this family as it is),
+    /// if it holds one.
+    pub fn state_at_place(&self, place: Place) -> Option<(&[u8], Instant)> {
         if !place.found {
             return None;
         }
-        let offset = offset_of(*self.index.get(place.slot)?)?;
-        self.entry_at(offset).map(|(e, _)| e)
+        let at = place.state_at;
+        let width = self.width();
+        let state = self.arena.get(at..at + width)?;
+        let time: [u8; 4] = self
+            .arena
+            .get(at + width..at + width + 4)?
+            .try_into()
+            .ok()?;
+        let empty_at = Instant::from_ms(u64::from(u32::from_le_bytes(time)) * 1000);
+        Some((state, empty_at))
     }
 
     /// The state and empty time of the entry at `place` (located in this family as it is),
@@ -235,16 +276,7 @@ impl Family {
         if !place.found {
             return None;
         }
-        let offset = offset_of(*self.index.get(place.slot)?)?;
-        let first = usize::from(*self.arena.get(offset)?);
-        let (len, head) = match first < 128 {
-            true => (first, 1),
-            false => (
-                (first & 0x7f) << 8 | usize::from(*self.arena.get(offset + 1)?),
-                2,
-            ),
-        };
-        let at = offset + head + len;
+        let at = place.state_at;
         let width = self.width();
         let bytes = self.arena.get_mut(at..at + width + 4)?;
         let (state, time) = bytes.split_at_mut(width);
@@ -292,6 +324,7 @@ impl Family {
             slot,
             found,
             hash: h,
+            ..
         } = place;
         if found {
             // In place: the same subject, the same width.
@@ -520,13 +553,16 @@ impl Family {
         all.into_iter().map(|(_, e)| e).collect()
     }
 
-    /// Seconds since the last sweep asked (at most `u32::MAX`; all of them for the first),
-    /// which this one becomes.
-    pub fn since_sweep(&mut self, now: Instant) -> u64 {
+    /// Seconds from the last sweep to `now` (all of them before the first).
+    pub fn since_sweep(&self, now: Instant) -> u64 {
         let secs = u32::try_from(now.ms() / 1000).unwrap_or(u32::MAX);
-        let since = secs.saturating_sub(self.swept_at);
+        u64::from(secs.saturating_sub(self.swept_at))
+    }
+
+    /// Notes a sweep at `now`.
+    pub fn swept(&mut self, now: Instant) {
+        let secs = u32::try_from(now.ms() / 1000).unwrap_or(u32::MAX);
         self.swept_at = self.swept_at.max(secs);
-        u64::from(since)
     }
 
     /// The slots of its index (what a whole sweep goes over).

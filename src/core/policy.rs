@@ -153,7 +153,11 @@ const CRC16: [u16; 256] = {
 
 /// A key's Redis Cluster slot: CRC16 (XMODEM) of its hash tag, or of the key, mod 16384.
 pub fn slot(key: &[u8]) -> u16 {
-    let data = hash_tag(key).unwrap_or(key);
+    slot_of_bytes(hash_tag(key).unwrap_or(key))
+}
+
+/// The slot of a key whose hashed part is `data` (the key without a hash tag).
+fn slot_of_bytes(data: &[u8]) -> u16 {
     let mut crc: u16 = 0;
     for &b in data {
         let at = usize::from((crc >> 8) as u8 ^ b);
@@ -288,13 +292,33 @@ pub struct FamilyKey {
 }
 
 impl FamilyKey {
-    /// The key of the family of `subject` under compact policy `policy`.
-    pub fn of(policy: &[u8], subject: &[u8]) -> FamilyKey {
+    /// The key of the family of `subject` under compact policy `policy` ([`family_key`]);
+    /// `tagged` whether the subject has a hash tag ([`check_subject`] said).
+    pub fn of(policy: &[u8], subject: &[u8], tagged: bool) -> FamilyKey {
         let mut key = FamilyKey {
             bytes: [0; MAX_FAMILY_KEY],
             len: 0,
         };
-        family_key(policy, subject, &mut key);
+        let slot = match tagged {
+            true => slot(subject),
+            false => slot_of_bytes(subject),
+        };
+        let tag = slot_tag(slot).unwrap_or_default();
+        let (n, t) = (policy.len(), tag.len());
+        match key.bytes.get_mut(..n + 4 + t + 1) {
+            Some(b) => {
+                let (name, rest) = b.split_at_mut(n);
+                name.copy_from_slice(policy);
+                let (open, rest) = rest.split_at_mut(4);
+                open.copy_from_slice(b"|~|{");
+                let (tag_bytes, close) = rest.split_at_mut(t);
+                tag_bytes.copy_from_slice(tag);
+                close.copy_from_slice(b"}");
+                key.len = n + 4 + t + 1;
+            }
+            // Not reached: a policy's name is at most 64 bytes.
+            None => family_key(policy, subject, &mut key),
+        }
         key
     }
 
@@ -542,6 +566,32 @@ mod slot_tag_tests {
         // CLUSTER KEYSLOT's examples in the Redis documentation.
         assert_eq!(slot(b"somekey"), 11058);
         assert_eq!(slot(b"foo{hash_tag}"), 2515);
+    }
+
+    #[test]
+    fn a_family_key_is_in_its_subjects_slot() {
+        for subject in [
+            &b"u"[..],
+            b"user:000000000042",
+            b"{acme}:user:7",
+            b"a{b",
+            b"{}x",
+            b"203.0.113.7",
+        ] {
+            let Ok(tagged) = check_subject(subject) else {
+                continue;
+            };
+            let key = FamilyKey::of(b"api", subject, tagged);
+            let mut slow = Vec::new();
+            family_key(b"api", subject, &mut slow);
+            assert_eq!(key.as_bytes(), &slow[..], "{subject:?}");
+            assert_eq!(slot(key.as_bytes()), slot(subject), "{subject:?}");
+        }
+        let long = [b'p'; MAX_NAME];
+        assert_eq!(
+            FamilyKey::of(&long, b"s", false).as_bytes().len(),
+            MAX_NAME + 4 + 2
+        );
     }
 }
 

@@ -31,8 +31,13 @@ use crate::rm::api::{self, OwnedString, ALL_INLINE};
 use crate::rm::key::Key;
 
 /// The family key of `subject` under policy `name`.
-pub fn family_name(ctx: &Context, name: &[u8], subject: &[u8]) -> Result<OwnedString, Error> {
-    let key = def::FamilyKey::of(name, subject);
+pub fn family_name(
+    ctx: &Context,
+    name: &[u8],
+    subject: &[u8],
+    tagged: bool,
+) -> Result<OwnedString, Error> {
+    let key = def::FamilyKey::of(name, subject, tagged);
     OwnedString::new(ctx, key.as_bytes()).ok_or(Error::Internal("RL.HIT"))
 }
 
@@ -90,12 +95,12 @@ pub(super) fn run(
     policy: &[u8],
     members: &[Member],
     layout: &[family::Limiter],
-    subject: &[u8],
+    (subject, tagged): (&[u8], bool),
     cost: u64,
     clock: Clock,
     shadow: Shadow,
 ) -> Result<Ran, Error> {
-    let name = family_name(ctx, policy, subject)?;
+    let name = family_name(ctx, policy, subject, tagged)?;
     let mut key = Key::open(ctx, name.arg(), true);
     let mut effect = EffectWriter::new(
         &[crate::core::effect::BINARY, FamilyEffect::EFFECT_CODE],
@@ -346,7 +351,7 @@ pub fn read(
     subject: &[u8],
     out: &mut [Option<Packed>],
 ) -> Result<Option<Instant>, Error> {
-    let name = family_name(ctx, policy, subject)?;
+    let name = family_name(ctx, policy, subject, def::hash_tag(subject).is_some())?;
     let mut key = Key::open(ctx, name.arg(), false);
     let Some(s) = key.state::<Subjects>()? else {
         return Ok(None);
@@ -373,7 +378,7 @@ pub fn read(
 /// Removes `subject` from its family under a compact policy: whether it held one. Its
 /// effect goes to replicas and the AOF.
 pub fn forget(ctx: &Context, policy: &[u8], subject: &[u8]) -> Result<bool, Error> {
-    let name = family_name(ctx, policy, subject)?;
+    let name = family_name(ctx, policy, subject, def::hash_tag(subject).is_some())?;
     let mut key = Key::open(ctx, name.arg(), true);
     let (gone, before, after) = {
         let Some(mut s) = key.state::<Subjects>()? else {

@@ -163,7 +163,7 @@ fn hit(
     let tagged = def::check_subject(subject)?;
     let mut owned: SmallVec<[OwnedString; ALL_INLINE]> = SmallVec::new();
     let on = match &policy.layout {
-        Some(layout) => On::Family(subject, layout),
+        Some(layout) => On::Family(subject, tagged, layout),
         None => {
             let mut key = def::Key::new();
             for m in members {
@@ -230,7 +230,8 @@ fn hit(
 #[derive(Clone, Copy)]
 enum On<'a> {
     Keys(&'a [OwnedString]),
-    Family(&'a [u8], &'a [family::Limiter]),
+    /// A subject (and whether it has a hash tag) and the layout of its family.
+    Family(&'a [u8], bool, &'a [family::Limiter]),
 }
 
 /// Decides a hit of `cost` at `clock` on the limiters' states `on`, and replies. `ban`,
@@ -248,13 +249,13 @@ fn decide(
 ) -> Result<Decided, Error> {
     let owned = match on {
         On::Keys(owned) => owned,
-        On::Family(subject, layout) => {
+        On::Family(subject, tagged, layout) => {
             let outcome = match compact::run(
                 ctx,
                 policy.name.as_bytes(),
                 members,
                 layout,
-                subject,
+                (subject, tagged),
                 cost,
                 clock,
                 policy.shadow,

@@ -43,6 +43,8 @@ pub const MAX_SUBJECTS: usize = 1 << 15;
 pub const SWEEP: usize = 1;
 /// A family's whole index is swept at least this often, in seconds, while calls come.
 pub const SWEEP_PERIOD_S: u64 = 10;
+/// A sweep runs at most this often on a family, in seconds.
+pub const SWEEP_EVERY_S: u64 = 2;
 /// The most index slots one call sweeps.
 pub const SWEEP_MAX: usize = 2048;
 /// The bytes of one limiter's state in an entry: `latest` (below 2^48) in 6, `tail` in 8.
@@ -233,9 +235,9 @@ impl Subjects {
 
     /// [`Subjects::read`] at `place` ([`Subjects::locate`]'s).
     pub fn read_at(&self, place: Place, out: &mut [Option<Packed>]) -> Option<Instant> {
-        let e = self.0.family.entry_at_place(place)?;
-        self.unpack(e.state, out)?;
-        Some(e.empty_at)
+        let (state, empty_at) = self.0.family.state_at_place(place)?;
+        self.unpack(state, out)?;
+        Some(empty_at)
     }
 
     fn unpack(&self, state: &[u8], out: &mut [Option<Packed>]) -> Option<()> {
@@ -399,9 +401,9 @@ impl Subjects {
             _ if index >= MAX_SETS || index > inner.sets.len() => return Err(Refused::Diverged),
             _ => true,
         };
-        let old = inner.family.entry_at_place(place);
+        let old = inner.family.state_at_place(place);
         let (old_set, old_empty) = match old {
-            Some(e) => (e.state.first().copied(), Some(e.empty_at)),
+            Some((state, empty_at)) => (state.first().copied(), Some(empty_at)),
             None => (None, None),
         };
         if old.is_none() && inner.family.len() >= MAX_SUBJECTS {
@@ -454,15 +456,17 @@ impl Subjects {
 
     /// Removes the subjects empty at `now` among the next slots of the index (see
     /// `core::family::Family::sweep`), handing each to `removed`: how many. It runs on the
-    /// first call of each second, over the slots that the time since the last one gives
+    /// first call every [`SWEEP_EVERY_S`] seconds, over the slots that the time since the
+    /// last one gives
     /// (the whole index every [`SWEEP_PERIOD_S`] seconds while calls come), [`SWEEP_MAX`] at
     /// most.
     /// `None` when no sweep is due (the last one this second).
     pub fn sweep(&mut self, now: Instant, removed: impl FnMut(&[u8])) -> Option<usize> {
         let since = self.0.family.since_sweep(now);
-        if since == 0 {
+        if since < SWEEP_EVERY_S {
             return None;
         }
+        self.0.family.swept(now);
         let behind = (self.index_len() as u64)
             .saturating_mul(since)
             .div_ceil(SWEEP_PERIOD_S);
@@ -925,6 +929,21 @@ impl EffectWriter {
         new_set: Option<&[Params2]>,
     ) {
         self.start();
+        // The common case, at once: a short subject under a set held, on the stack.
+        let n = 1 + 1 + subject.len() + 4 + entry.len();
+        if let (None, true, true) = (new_set, subject.len() < 128, self.spill.is_empty()) {
+            if let Some(b) = self.buf.get_mut(self.len..self.len + n) {
+                let (head, rest) = b.split_at_mut(2);
+                head.copy_from_slice(&[PUT, subject.len() as u8]);
+                let (s, rest) = rest.split_at_mut(subject.len());
+                s.copy_from_slice(subject);
+                let (t, e) = rest.split_at_mut(4);
+                t.copy_from_slice(&Family::seconds(empty_at).to_le_bytes());
+                e.copy_from_slice(entry);
+                self.len += n;
+                return;
+            }
+        }
         self.byte(if new_set.is_some() { PUT_SET } else { PUT });
         self.varint(subject.len() as u64);
         self.put(subject);

@@ -21,7 +21,7 @@
 //! A compact policy's family key holds one (`kinds::family`).
 
 use super::codec::{Malformed, Reader, Sink};
-use super::{fnv1a, Instant, FNV_OFFSET, MAX_TIMESTAMP};
+use super::{Instant, MAX_TIMESTAMP};
 
 /// The longest subject: a policy's (see `core::policy`).
 pub const MAX_SUBJECT: usize = 1024;
@@ -118,10 +118,27 @@ fn index_size(n: usize) -> usize {
     super::chunks::class_ceil(want * 4) / 4
 }
 
+/// A subject's hash (the index's place, and the canonical order): eight bytes at a time
+/// (little-endian, the last ones padded with zeros), each multiplied in, the length too,
+/// then mixed so that every bit depends on every byte.
 fn hash(subject: &[u8]) -> u64 {
-    // FNV-1a, then mixed so that the low bits (the index's) depend on every byte.
-    let h = fnv1a(FNV_OFFSET, subject);
-    (h ^ (h >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9) ^ (h >> 32)
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut h = (subject.len() as u64).wrapping_mul(K);
+    let mut chunks = subject.chunks_exact(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(K).rotate_left(29);
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut w = [0u8; 8];
+        w[..rest.len()].copy_from_slice(rest);
+        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(K).rotate_left(29);
+    }
+    h ^= h >> 32;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^ (h >> 29)
 }
 
 /// The bytes of a subject's length: one below 128, else two.

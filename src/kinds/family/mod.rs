@@ -44,7 +44,7 @@ pub const SWEEP: usize = 1;
 /// A family's whole index is swept at least this often, in seconds, while calls come.
 pub const SWEEP_PERIOD_S: u64 = 10;
 /// A sweep runs at most this often on a family, in seconds.
-pub const SWEEP_EVERY_S: u64 = 2;
+pub const SWEEP_EVERY_S: u64 = 5;
 /// The most index slots one call sweeps.
 pub const SWEEP_MAX: usize = 2048;
 /// The bytes of one limiter's state in an entry: `latest` (below 2^48) in 6, `tail` in 8.
@@ -288,7 +288,12 @@ impl Subjects {
         if states.len() != n || empty_at > MAX_TIMESTAMP {
             return None;
         }
-        let Inner { family, sets, .. } = &mut self.0;
+        let Inner {
+            family,
+            sets,
+            expires,
+            ..
+        } = &mut self.0;
         let (entry, time) = family.entry_mut(place)?;
         let set = sets.get(usize::from(*entry.first()?))?;
         let at = if n > 1 { 3 } else { 1 };
@@ -321,8 +326,7 @@ impl Subjects {
         let kept = Family::seconds(empty_at).max(u32::from_le_bytes(*time));
         *time = kept.to_le_bytes();
         let kept = Instant::from_ms(u64::from(kept) * 1000);
-        self.0.expires = self.0.expires.max(kept);
-        let (entry, _) = self.0.family.entry_mut(place)?;
+        *expires = (*expires).max(kept);
         Some((entry, kept))
     }
 

@@ -166,7 +166,9 @@ if ((${#S_NAMES[@]} > 0)); then
   done
   for line in "${SUBJECT_KINDS[@]}"; do
     IFS='|' read -r name _ policy <<<"$line"
-    [[ -z ${policy// /} ]] || echo "  $(trim "$name"): RL.POLICY SET $(trim "$policy")"
+    name=$(trim "$name")
+    [[ -z $SUBJECT_ONLY || $name =~ $SUBJECT_ONLY ]] || continue
+    [[ -z ${policy// /} ]] || echo "  $name: RL.POLICY SET $(trim "$policy")"
   done
   echo "Anchors (cited by issue 30, not measured here): nginx limit_req 64 bytes a state;"
   echo "throttlecrab about 100; a Redis string key with a TTL about 55 of overhead alone."

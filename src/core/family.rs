@@ -46,7 +46,7 @@ pub const MAX_ARENA: usize = (1 << 24) - 2;
 pub struct Family {
     arena: Vec<u8>,
     /// An entry's slot (its offset in `arena` and bits of its hash), [`FREE`] or [`GONE`].
-    index: Vec<u32>,
+    index: Box<[u32]>,
     width: u16,
     live: u32,
     gone: u32,
@@ -454,7 +454,7 @@ impl Family {
         *self = Family {
             width: old.width,
             swept_at: old.swept_at,
-            index: vec![FREE; size.max(1)],
+            index: vec![FREE; size.max(1)].into_boxed_slice(),
             arena: Vec::with_capacity(super::chunks::class_ceil(live).min(MAX_ARENA).max(live)),
             ..Family::default()
         };
@@ -467,7 +467,7 @@ impl Family {
 
     /// The index at `size` slots, the arena as it is (each entry's subject hashed again).
     fn reindex(&mut self, size: usize) {
-        let old = std::mem::replace(&mut self.index, vec![FREE; size.max(1)]);
+        let old = std::mem::replace(&mut self.index, vec![FREE; size.max(1)].into_boxed_slice());
         self.gone = 0;
         let len = self.index.len();
         for slot in old {
@@ -593,7 +593,7 @@ impl Family {
             0 => 0,
             b => super::chunks::class_ceil(b),
         };
-        class(self.index.capacity() * 4) + class(self.arena.capacity())
+        class(self.index.len() * 4) + class(self.arena.capacity())
     }
 
     /// The canonical encoding: `width count (len subject state empty_at)*`, subjects in the
@@ -618,7 +618,7 @@ impl Family {
         if count > MAX_SUBJECTS {
             return Err(Malformed("too many subjects"));
         }
-        f.index = vec![FREE; index_size(count)];
+        f.index = vec![FREE; index_size(count)].into_boxed_slice();
         let mut last: Option<(u64, &[u8])> = None;
         for _ in 0..count {
             let len = r.varint()?;

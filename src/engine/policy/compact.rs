@@ -94,7 +94,7 @@ pub(super) fn run(
     ctx: &Context,
     policy: &[u8],
     members: &[Member],
-    layout: &[family::Limiter],
+    layout: &family::Layout,
     (subject, tagged): (&[u8], bool),
     cost: u64,
     clock: Clock,
@@ -145,23 +145,27 @@ pub(super) fn run(
 fn family_for<'k>(
     held: Option<&'k mut Subjects>,
     fresh: &'k mut Option<Subjects>,
-    layout: &[family::Limiter],
+    layout: &family::Layout,
     effect: &mut EffectWriter,
 ) -> Result<(&'k mut Subjects, bool), Error> {
     let s = match held {
         Some(s) => s,
-        None => fresh.insert(Subjects::new(layout.into()).ok_or(Error::Internal("RL.HIT"))?),
+        None => {
+            fresh.insert(Subjects::new(layout.limiters.clone()).ok_or(Error::Internal("RL.HIT"))?)
+        }
     };
     if s.is_empty() {
         // A new family (given its layout only if it keeps a subject).
-        effect.layout(layout);
+        effect.layout(&layout.limiters);
         return Ok((s, false));
     }
-    if s.layout() != layout {
+    if !s.has_layout(layout) {
         // The policy's limiters changed since the family was written: each subject keeps
         // the states of the limiters it still has (as their keys would stay).
-        *s = s.relayout(layout.into()).ok_or(Error::Internal("RL.HIT"))?;
-        effect.layout(layout);
+        *s = s
+            .relayout(layout.limiters.clone())
+            .ok_or(Error::Internal("RL.HIT"))?;
+        effect.layout(&layout.limiters);
         return Ok((s, true));
     }
     Ok((s, false))
@@ -175,7 +179,7 @@ fn decide_alone(
     key: &mut Key,
     policy: &[u8],
     members: &[Member],
-    layout: &[family::Limiter],
+    layout: &family::Layout,
     subject: &[u8],
     cost: u64,
     clock: Clock,
@@ -248,7 +252,7 @@ fn decide(
     key: &mut Key,
     policy: &[u8],
     members: &[Member],
-    layout: &[family::Limiter],
+    layout: &family::Layout,
     subject: &[u8],
     cost: u64,
     clock: Clock,
@@ -347,7 +351,7 @@ fn settle_family(key: &Key, expires: Option<Instant>, before: Option<Instant>) {
 pub fn read(
     ctx: &Context,
     policy: &[u8],
-    layout: &[family::Limiter],
+    layout: &family::Layout,
     subject: &[u8],
     out: &mut [Option<Packed>],
 ) -> Result<Option<Instant>, Error> {
@@ -356,7 +360,7 @@ pub fn read(
     let Some(s) = key.state::<Subjects>()? else {
         return Ok(None);
     };
-    if s.layout() == layout {
+    if s.has_layout(layout) {
         return Ok(s.read(subject, out));
     }
     // Written under other limiters: read as the next hit will (those of the same kind and
@@ -365,7 +369,7 @@ pub fn read(
     let Some(at) = s.read(subject, &mut old) else {
         return Ok(None);
     };
-    for (o, l) in out.iter_mut().zip(layout) {
+    for (o, l) in out.iter_mut().zip(&layout.limiters[..]) {
         *o = s
             .layout()
             .iter()

@@ -231,7 +231,7 @@ fn hit(
 enum On<'a> {
     Keys(&'a [OwnedString]),
     /// A subject (and whether it has a hash tag) and the layout of its family.
-    Family(&'a [u8], bool, &'a [family::Limiter]),
+    Family(&'a [u8], bool, &'a family::Layout),
 }
 
 /// Decides a hit of `cost` at `clock` on the limiters' states `on`, and replies. `ban`,

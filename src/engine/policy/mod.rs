@@ -109,7 +109,7 @@ pub struct Policy {
     banned: AtomicU64,
     ban_top: sketch::Shared,
     /// A compact policy's: its limiters as its families name them (`kinds::family`).
-    layout: Option<Box<[family::Limiter]>>,
+    layout: Option<family::Layout>,
     /// Its definition as written: what `RL.POLICY GET` answers and the RDB keeps.
     words: Words,
     /// Its limiters; why not, for a definition a load could not read (kept as it was).
@@ -428,7 +428,7 @@ fn unread(
     };
     let penalty = definition.as_ref().ok().and_then(|d| d.penalty);
     let layout = match &definition {
-        Ok(d) if d.compact => Some(
+        Ok(d) if d.compact => Some(family::Layout::new(
             d.members
                 .iter()
                 .map(|m| family::Limiter {
@@ -436,7 +436,7 @@ fn unread(
                     name: m.name.clone(),
                 })
                 .collect(),
-        ),
+        )),
         _ => None,
     };
     let members = definition.map(|d| d.members);

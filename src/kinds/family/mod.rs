@@ -54,6 +54,30 @@ const STATE: usize = 14;
 /// latest time and its tail (`core::kind::Compact`'s).
 pub type Packed = (Params2, Instant, u64);
 
+/// 64-bit FNV-1a of a layout: each limiter's code, name length and name.
+pub fn layout_digest(layout: &[Limiter]) -> u64 {
+    let mut h = crate::core::FNV_OFFSET;
+    for l in layout {
+        h = crate::core::fnv1a(h, &[l.code, l.name.len() as u8]);
+        h = crate::core::fnv1a(h, &l.name);
+    }
+    h
+}
+
+/// A compact policy's limiters as its families name them, and their digest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub limiters: Box<[Limiter]>,
+    pub digest: u64,
+}
+
+impl Layout {
+    pub fn new(limiters: Box<[Limiter]>) -> Layout {
+        let digest = layout_digest(&limiters);
+        Layout { limiters, digest }
+    }
+}
+
 /// A limiter of a family's layout.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limiter {
@@ -66,9 +90,13 @@ pub struct Limiter {
 /// 0), and how many entries name it; a set no entry names is free (no parameters).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Set {
-    params: Box<[Params2]>,
+    params: smallvec::SmallVec<[Params2; 1]>,
     refs: u32,
 }
+
+/// A family's parameter sets: inline for one (most families), so that reading a state
+/// follows no pointer to its numbers.
+type Sets = smallvec::SmallVec<[Set; 1]>;
 
 /// A family of subjects (see the module's docs).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,7 +105,10 @@ pub struct Subjects(Inner);
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Inner {
     layout: Box<[Limiter]>,
-    sets: Vec<Set>,
+    /// The layout's digest ([`layout_digest`]): what a call compares, without following
+    /// the layout's pointers.
+    digest: u64,
+    sets: Sets,
     family: Family,
     /// The latest empty time a subject was given, in whole seconds: the key's expiry.
     expires: Instant,
@@ -197,8 +228,9 @@ impl Subjects {
         }
         let family = Family::new(width(layout.len()))?;
         Some(Subjects(Inner {
+            digest: layout_digest(&layout),
             layout,
-            sets: Vec::new(),
+            sets: Sets::new(),
             family,
             expires: Instant::from_ms(0),
         }))
@@ -206,6 +238,12 @@ impl Subjects {
 
     pub fn layout(&self) -> &[Limiter] {
         &self.0.layout
+    }
+
+    /// Whether its layout is `layout` (compared by their digests: a policy's limiters are
+    /// its administrator's, not its clients').
+    pub fn has_layout(&self, layout: &Layout) -> bool {
+        self.0.digest == layout.digest && self.0.layout.len() == layout.limiters.len()
     }
 
     /// How many subjects it holds.
@@ -426,7 +464,7 @@ impl Subjects {
             }
             if let Some(s) = inner.sets.get_mut(index) {
                 if s.refs == 0 {
-                    s.params = params.into();
+                    s.params = smallvec::SmallVec::from_slice(params);
                 }
                 s.refs += 1;
             }
@@ -538,29 +576,33 @@ impl Subjects {
     /// Bytes it holds on the heap besides its box.
     fn heap(&self) -> usize {
         let inner = &self.0;
-        std::mem::size_of::<Inner>()
-            + inner.family.heap_size()
-            + inner
-                .layout
-                .iter()
-                .map(|l| std::mem::size_of::<Limiter>() + l.name.len())
-                .sum::<usize>()
-            + inner.sets.capacity() * std::mem::size_of::<Set>()
-            + inner
-                .sets
-                .iter()
-                .map(|s| s.params.len() * std::mem::size_of::<Params2>())
-                .sum::<usize>()
+        let class = |bytes: usize| match bytes {
+            0 => 0,
+            b => crate::core::chunks::class_ceil(b),
+        };
+        let sets = match inner.sets.spilled() {
+            true => class(inner.sets.capacity() * std::mem::size_of::<Set>()),
+            false => 0,
+        };
+        let params: usize = inner
+            .sets
+            .iter()
+            .filter(|s| s.params.spilled())
+            .map(|s| class(s.params.capacity() * std::mem::size_of::<Params2>()))
+            .sum();
+        let layout = class(inner.layout.len() * std::mem::size_of::<Limiter>())
+            + inner.layout.iter().map(|l| class(l.name.len())).sum::<usize>();
+        inner.family.heap_size() + sets + params + layout
     }
 }
 
 /// One entry less names set `set`: freed when none does (the free sets at the end dropped,
 /// as a decode leaves them).
-fn release(sets: &mut Vec<Set>, set: u8) {
+fn release(sets: &mut Sets, set: u8) {
     if let Some(s) = sets.get_mut(usize::from(set)) {
         s.refs = s.refs.saturating_sub(1);
         if s.refs == 0 {
-            s.params = Box::default();
+            s.params = smallvec::SmallVec::new();
         }
     }
     while sets.last().is_some_and(|s| s.refs == 0) {
@@ -675,13 +717,15 @@ impl Encoding for Subjects {
         if count > MAX_SETS {
             return Err(Malformed("too many parameter sets"));
         }
-        let mut sets: Vec<Set> = Vec::new();
+        let mut sets = Sets::new();
         for _ in 0..count {
             let at = usize::try_from(r.varint()?).unwrap_or(usize::MAX);
             if at >= MAX_SETS || at < sets.len() {
                 return Err(Malformed("parameter sets out of order"));
             }
-            sets.resize_with(at, Set::default);
+            while sets.len() < at {
+                sets.push(Set::default());
+            }
             let mut params = Vec::with_capacity(n);
             for _ in 0..n {
                 params.push(Params2 {
@@ -690,7 +734,7 @@ impl Encoding for Subjects {
                 });
             }
             sets.push(Set {
-                params: params.into(),
+                params: smallvec::SmallVec::from_vec(params),
                 refs: 0,
             });
         }
@@ -705,6 +749,7 @@ impl Encoding for Subjects {
             return Err(Malformed("too many subjects"));
         }
         let mut s = Subjects(Inner {
+            digest: layout_digest(&layout),
             layout,
             sets,
             family,
@@ -742,7 +787,11 @@ impl Encoding for Subjects {
     }
 
     fn allocations(&self) -> usize {
-        3 + self.0.layout.len() + self.0.sets.iter().filter(|s| s.refs > 0).count()
+        let inner = &self.0;
+        2 + 1
+            + inner.layout.len()
+            + usize::from(inner.sets.spilled())
+            + inner.sets.iter().filter(|s| s.params.spilled()).count()
     }
 }
 

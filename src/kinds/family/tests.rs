@@ -194,3 +194,15 @@ fn a_full_family_refuses_new_subjects_only() {
     assert_eq!(s.put(b"one more", set, &st, T0).err(), Some(Refused::Full));
     assert!(s.put(b"7", set, &st, T0 + 5).is_ok());
 }
+
+#[test]
+fn a_family_value_takes_no_storage_tag_from_another_kind() {
+    // With the header a box of it takes (8 bytes), it stays in its size class (152 + 8 =
+    // 160): the registry's own tags go to the kinds a header would grow (`rm::storage`).
+    let size = std::mem::size_of::<Subjects>();
+    assert_eq!(
+        crate::core::chunks::class_ceil(size + 8),
+        crate::core::chunks::class_ceil(size),
+        "{size}"
+    );
+}

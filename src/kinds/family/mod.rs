@@ -498,20 +498,22 @@ impl Subjects {
 
     /// Removes the subjects empty at `now` among the next slots of the index (see
     /// `core::family::Family::sweep`), handing each to `removed`: how many. It runs on the
-    /// first call every [`SWEEP_EVERY_S`] seconds, over the slots that the time since the
-    /// last one gives
+    /// first call every [`SWEEP_EVERY_S`] seconds (sooner for a family whose share would pass
+    /// [`SWEEP_MAX`] slots), over the slots that the time since the last one gives
     /// (the whole index every [`SWEEP_PERIOD_S`] seconds while calls come), [`SWEEP_MAX`] at
     /// most.
     /// `None` when no sweep is due (the last one this second).
     pub fn sweep(&mut self, now: Instant, removed: impl FnMut(&[u8])) -> Option<usize> {
         let since = self.0.family.since_sweep(now);
-        if since < SWEEP_EVERY_S {
-            return None;
-        }
-        self.0.family.swept(now);
         let behind = (self.index_len() as u64)
             .saturating_mul(since)
             .div_ceil(SWEEP_PERIOD_S);
+        // Every few seconds; every second for a family a sweep cannot go over whole in
+        // time otherwise.
+        if since == 0 || (since < SWEEP_EVERY_S && behind < SWEEP_MAX as u64) {
+            return None;
+        }
+        self.0.family.swept(now);
         let budget = behind.clamp(SWEEP as u64, SWEEP_MAX as u64) as usize;
         Some(self.sweep_slots(now, budget, removed))
     }

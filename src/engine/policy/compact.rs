@@ -10,10 +10,10 @@
 //! limiters changed, the subjects a sweep removed.
 //!
 //! Expiry: each subject keeps the time its states are all empty again (its limiters' keys'
-//! expiry, in whole seconds, rounded up); each hit sweeps a few slots of its family's index
-//! (`kinds::family::Subjects::sweep`: 4, more when the family's last hit is a while back),
-//! removing the subjects empty by the server's clock; the family key expires with its last
-//! subject (the latest empty time given).
+//! expiry, in whole seconds, rounded up); a hit every few seconds sweeps a share of its
+//! family's index (`kinds::family::Subjects::sweep`), removing the subjects empty by the
+//! server's clock; the family key expires with its last subject (the latest empty time
+//! given).
 
 use redis_module::Context;
 use smallvec::SmallVec;

@@ -107,16 +107,26 @@ struct PreparedSpec<C: Command> {
     takes_cost: bool,
 }
 
+impl<C: Command> PreparedSpec<C> {
+    /// Its call for a hit of `cost` (which it keeps when its words gave one; `COST 0` asks
+    /// every limiter without taking).
+    #[inline(always)]
+    fn call_for(&self, cost: u64) -> C::Call<'static> {
+        let mut call = self.call.clone();
+        if self.takes_cost || cost == 0 {
+            C::set_cost(&mut call, cost);
+        }
+        call
+    }
+}
+
 impl<C: Command> Prepared for PreparedSpec<C>
 where
     C::Kind: Storable,
     C::Call<'static>: Send + Sync,
 {
     fn spawn<'c, 'r>(&self, frames: &'r Frames, cost: u64) -> OnKey<'static, 'c, 'r> {
-        let mut call = self.call.clone();
-        if self.takes_cost || cost == 0 {
-            C::set_cost(&mut call, cost);
-        }
+        let call = self.call_for(cost);
         frames.put(Spec::<C> {
             call,
             new: None,
@@ -134,20 +144,14 @@ where
         if !C::ALONE {
             return None;
         }
-        let mut call = self.call.clone();
-        if self.takes_cost || cost == 0 {
-            C::set_cost(&mut call, cost);
-        }
+        let call = self.call_for(cost);
         let ran = super::call::run_at::<C>(ctx, name, &call, clock, Mode::Decide);
         crate::rm::block::kick(ctx, name);
         Some(ran.map(|(reply, _)| reply))
     }
 
     fn spawn_packed<'r>(&self, frames: &'r Frames, cost: u64) -> OnEntry<'r> {
-        let mut call = self.call.clone();
-        if self.takes_cost || cost == 0 {
-            C::set_cost(&mut call, cost);
-        }
+        let call = self.call_for(cost);
         frames.put(Spec::<C> {
             call,
             new: None,
@@ -176,10 +180,7 @@ where
         if !C::ALONE {
             return None;
         }
-        let mut call = self.call.clone();
-        if self.takes_cost || cost == 0 {
-            C::set_cost(&mut call, cost);
-        }
+        let call = self.call_for(cost);
         let run = || -> Result<AloneRan, Error> {
             let mut held = match state {
                 Some((p, latest, tail)) => Some(

@@ -297,19 +297,8 @@ impl Handler for Subject {
                 }
             }
             None => {
-                let mut key = crate::core::policy::Key::new();
                 for m in members.iter() {
-                    key.clear();
-                    crate::core::policy::write_key(
-                        name,
-                        &m.name,
-                        m.kind.as_bytes(),
-                        subject,
-                        tagged,
-                        &mut key,
-                    );
-                    let owned = OwnedString::new(ctx, key.as_bytes())
-                        .ok_or(Error::Internal("RL.POLICY"))?;
+                    let owned = m.key(ctx, name, subject, tagged)?;
                     let d = match crate::engine::generic::peek_key(ctx, owned.arg(), clock)? {
                         Reply::Decision(d) | Reply::Lease(d, _) => Some(d),
                         _ => None,
@@ -365,19 +354,8 @@ impl Handler for Forget {
             Some(_) => super::compact::forget(ctx, name, subject)?,
             None => {
                 let mut held = false;
-                let mut key = crate::core::policy::Key::new();
                 for m in members.iter() {
-                    key.clear();
-                    crate::core::policy::write_key(
-                        name,
-                        &m.name,
-                        m.kind.as_bytes(),
-                        subject,
-                        tagged,
-                        &mut key,
-                    );
-                    let owned = OwnedString::new(ctx, key.as_bytes())
-                        .ok_or(Error::Internal("RL.POLICY"))?;
+                    let owned = m.key(ctx, name, subject, tagged)?;
                     let k = Key::open(ctx, owned.arg(), true);
                     if k.holds_ours()? {
                         k.delete();

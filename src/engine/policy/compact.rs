@@ -20,6 +20,7 @@ use smallvec::SmallVec;
 
 use super::Member;
 use crate::core::error::Error;
+use crate::core::family::Place;
 use crate::core::kind::{Clock, Command, Params2, Reply};
 use crate::core::policy as def;
 use crate::core::{Duration, Instant};
@@ -205,45 +206,16 @@ fn decide_alone(
         if ran.slot.unfit {
             return Err(Refused::Unfit.error());
         }
-        if let (true, Some((latest, empty_at))) = (ran.slot.changed, ran.recorded) {
-            // Empty again when its key would expire: its own empty time, as far past the
-            // server's clock as the state is behind it.
-            let mut empty = held_until;
-            if let Some(at) = empty_at {
-                let at = at.saturating_add(clock.key_lag(latest));
-                empty = Some(empty.map_or(at, |e| e.max(at)));
-            }
-            let empty = empty.unwrap_or(clock.caller);
-            let packed = [ran.slot.state];
-            if let Some((entry, kept)) = s.update(place, &packed, empty) {
-                // In place: the same subject under the same numbers.
-                effect.put_entry(subject, kept, entry, None);
-            } else {
-                let params = [ran.slot.state.map_or(Params2::default(), |p| p.0)];
-                let set = s.set_for(&params).map_err(Refused::error)?;
-                let put = s
-                    .put_at(place, subject, set, &packed, empty)
-                    .map_err(Refused::error)?;
-                let new_set = put.new_set.then_some(&params[..]);
-                effect.put_entry(subject, put.empty_at, put.as_bytes(), new_set);
-            }
+        if let (true, Some(recorded)) = (ran.slot.changed, ran.recorded) {
+            let empty = empty_time(held_until, [recorded], clock);
+            record(s, place, subject, &[ran.slot.state], empty, effect)?;
             changed = true;
         }
         let swept = s.sweep(clock.server, |gone| effect.forget(gone));
         changed |= swept.is_some_and(|n| n > 0);
         (ran.reply, s.expires(), before, changed)
     };
-    if let Some(new) = fresh {
-        if new.is_empty() {
-            // Nothing kept: no effect either.
-            effect.truncate(ops);
-            return Ok(reply);
-        }
-        key.set(new)?;
-    }
-    if changed {
-        settle_family(key, expires, before);
-    }
+    keep(key, fresh, (before, expires), changed, effect, ops)?;
     Ok(reply)
 }
 
@@ -280,53 +252,92 @@ fn decide(
             return Err(Refused::Unfit.error());
         }
         if slots.iter().any(|s| s.changed) {
-            // Empty again when each limiter's key would expire: its state's own empty
-            // time, as far past the server's clock as the state is behind it.
-            let mut empty = held_until;
-            for c in outcome.committed.iter().flatten() {
-                if let Some(at) = c.empty_at {
-                    let at = at.saturating_add(clock.key_lag(c.latest));
-                    empty = Some(empty.map_or(at, |e| e.max(at)));
-                }
-            }
-            let empty = empty.unwrap_or(now);
-            let mut packed: SmallVec<[Option<Packed>; 4]> = SmallVec::new();
-            for slot in &slots {
-                packed.push(slot.state);
-            }
-            if let Some((entry, kept)) = s.update(place, &packed, empty) {
-                // In place: the same subject under the same numbers.
-                effect.put_entry(subject, kept, entry, None);
-            } else {
-                let params: SmallVec<[Params2; 4]> = packed
-                    .iter()
-                    .map(|s| s.map_or(Params2::default(), |p| p.0))
-                    .collect();
-                let set = s.set_for(&params).map_err(Refused::error)?;
-                let put = s
-                    .put_at(place, subject, set, &packed, empty)
-                    .map_err(Refused::error)?;
-                let new_set = put.new_set.then_some(&params[..]);
-                effect.put_entry(subject, put.empty_at, put.as_bytes(), new_set);
-            }
+            let recorded = outcome
+                .committed
+                .iter()
+                .flatten()
+                .map(|c| (c.latest, c.empty_at));
+            let empty = empty_time(held_until, recorded, clock);
+            let packed: SmallVec<[Option<Packed>; 4]> = slots.iter().map(|s| s.state).collect();
+            record(s, place, subject, &packed, empty, effect)?;
             changed = true;
         }
         let swept = s.sweep(clock.server, |gone| effect.forget(gone));
         changed |= swept.is_some_and(|n| n > 0);
         (Ran::All(outcome), s.expires(), changed)
     };
+    keep(key, fresh, (before, expires), changed, effect, ops)?;
+    Ok(outcome)
+}
+
+/// When a subject is empty again after a call: when each limiter's key that the call
+/// recorded in (its state's latest time and empty time) would expire, its own empty time as
+/// far past the server's clock as the state is behind it; never before `held_until` (its
+/// entry's), and at least now.
+fn empty_time(
+    held_until: Option<Instant>,
+    recorded: impl IntoIterator<Item = (Instant, Option<Instant>)>,
+    clock: Clock,
+) -> Instant {
+    let mut empty = held_until;
+    for (latest, empty_at) in recorded {
+        if let Some(at) = empty_at {
+            let at = at.saturating_add(clock.key_lag(latest));
+            empty = Some(empty.map_or(at, |e| e.max(at)));
+        }
+    }
+    empty.unwrap_or(clock.caller)
+}
+
+/// Writes `subject`'s states at `place` (in place under the same numbers, else under their
+/// set) and its effect.
+fn record(
+    s: &mut Subjects,
+    place: Place,
+    subject: &[u8],
+    packed: &[Option<Packed>],
+    empty: Instant,
+    effect: &mut EffectWriter,
+) -> Result<(), Error> {
+    if let Some((entry, kept)) = s.update(place, packed, empty) {
+        effect.put_entry(subject, kept, entry, None);
+        return Ok(());
+    }
+    let params: SmallVec<[Params2; 4]> = packed
+        .iter()
+        .map(|s| s.map_or(Params2::default(), |p| p.0))
+        .collect();
+    let set = s.set_for(&params).map_err(Refused::error)?;
+    let put = s
+        .put_at(place, subject, set, packed, empty)
+        .map_err(Refused::error)?;
+    let new_set = put.new_set.then_some(&params[..]);
+    effect.put_entry(subject, put.empty_at, put.as_bytes(), new_set);
+    Ok(())
+}
+
+/// Stores a new family `fresh` in `key` unless it holds nothing (its effect then dropped
+/// back to `ops` bytes), and settles a changed one (`before` and `expires` its expiry).
+fn keep(
+    key: &Key,
+    fresh: Option<Subjects>,
+    (before, expires): (Option<Instant>, Option<Instant>),
+    changed: bool,
+    effect: &mut EffectWriter,
+    ops: usize,
+) -> Result<(), Error> {
     if let Some(new) = fresh {
         if new.is_empty() {
             // Nothing kept: no effect either.
             effect.truncate(ops);
-            return Ok(outcome);
+            return Ok(());
         }
         key.set(new)?;
     }
     if changed {
         settle_family(key, expires, before);
     }
-    Ok(outcome)
+    Ok(())
 }
 
 /// Gives a changed family key what its command leaves: its expiry (the latest empty time of

@@ -77,6 +77,29 @@ struct Member {
     shadow: bool,
 }
 
+impl Member {
+    /// Its key for `subject` under policy `policy` (`tagged`: the subject has a hash tag),
+    /// as `RL.HIT` derives it.
+    fn key(
+        &self,
+        ctx: &redis_module::Context,
+        policy: &[u8],
+        subject: &[u8],
+        tagged: bool,
+    ) -> Result<crate::rm::api::OwnedString, Error> {
+        let mut key = def::Key::new();
+        def::write_key(
+            policy,
+            &self.name,
+            self.kind.as_bytes(),
+            subject,
+            tagged,
+            &mut key,
+        );
+        crate::rm::api::OwnedString::new(ctx, key.as_bytes()).ok_or(Error::Internal("RL.POLICY"))
+    }
+}
+
 /// A policy: its definition, and what it counts (`INFO ratelimit`) and who it refuses
 /// (`RL.TOP`), in memory only, taken over by the policy that replaces it. What `INFO`
 /// reads of each policy sits together (the name in the store's own table, the counters

@@ -286,19 +286,13 @@ pub fn family_key(policy: &[u8], subject: &[u8], out: &mut impl KeyBuf) {
 pub const MAX_FAMILY_KEY: usize = MAX_NAME + 8;
 
 /// A family's key on the stack ([`family_key`]).
-pub struct FamilyKey {
-    bytes: [u8; MAX_FAMILY_KEY],
-    len: usize,
-}
+pub type FamilyKey = KeyBytes<MAX_FAMILY_KEY>;
 
-impl FamilyKey {
+impl KeyBytes<MAX_FAMILY_KEY> {
     /// The key of the family of `subject` under compact policy `policy` ([`family_key`]);
     /// `tagged` whether the subject has a hash tag ([`check_subject`] said).
     pub fn of(policy: &[u8], subject: &[u8], tagged: bool) -> FamilyKey {
-        let mut key = FamilyKey {
-            bytes: [0; MAX_FAMILY_KEY],
-            len: 0,
-        };
+        let mut key = FamilyKey::new();
         let slot = match tagged {
             true => slot(subject),
             false => slot_of_bytes(subject),
@@ -321,25 +315,6 @@ impl FamilyKey {
         }
         key
     }
-
-    pub fn as_bytes(&self) -> &[u8] {
-        self.bytes.get(..self.len).unwrap_or_default()
-    }
-}
-
-impl KeyBuf for FamilyKey {
-    /// Past [`MAX_FAMILY_KEY`] (not reached: names are bounded) the rest is dropped.
-    #[inline]
-    fn put(&mut self, bytes: &[u8]) {
-        let end = (self.len + bytes.len()).min(MAX_FAMILY_KEY);
-        if let (Some(to), Some(from)) = (
-            self.bytes.get_mut(self.len..end),
-            bytes.get(..end - self.len),
-        ) {
-            to.copy_from_slice(from);
-            self.len = end;
-        }
-    }
 }
 
 /// Where a key is written: bytes appended at once.
@@ -360,16 +335,20 @@ pub const MAX_KIND: usize = 16;
 /// bytes.
 pub const MAX_KEY: usize = MAX_NAME + MAX_NAME + MAX_KIND + MAX_SUBJECT + 5;
 
-/// A key on the stack (a call's keys are built once each, then handed to the server).
-pub struct Key {
-    bytes: [u8; MAX_KEY],
+/// A key of the longest a policy derives, on the stack.
+pub type Key = KeyBytes<MAX_KEY>;
+
+/// A key of at most `N` bytes on the stack (a call's keys are built once each, then handed
+/// to the server).
+pub struct KeyBytes<const N: usize> {
+    bytes: [u8; N],
     len: usize,
 }
 
-impl Key {
-    pub fn new() -> Key {
-        Key {
-            bytes: [0; MAX_KEY],
+impl<const N: usize> KeyBytes<N> {
+    pub fn new() -> KeyBytes<N> {
+        KeyBytes {
+            bytes: [0; N],
             len: 0,
         }
     }
@@ -383,17 +362,17 @@ impl Key {
     }
 }
 
-impl Default for Key {
+impl<const N: usize> Default for KeyBytes<N> {
     fn default() -> Self {
-        Key::new()
+        KeyBytes::new()
     }
 }
 
-impl KeyBuf for Key {
-    /// Past [`MAX_KEY`] (not reached: names and subjects are bounded) the rest is dropped.
+impl<const N: usize> KeyBuf for KeyBytes<N> {
+    /// Past `N` bytes (not reached: names and subjects are bounded) the rest is dropped.
     #[inline]
     fn put(&mut self, bytes: &[u8]) {
-        let end = (self.len + bytes.len()).min(MAX_KEY);
+        let end = (self.len + bytes.len()).min(N);
         if let (Some(to), Some(from)) = (
             self.bytes.get_mut(self.len..end),
             bytes.get(..end - self.len),

@@ -198,20 +198,22 @@ fn a_family_is_one_key_in_its_subjects_slot(server: Server) {
     let e = err(&mut c, &["RL.PEEK", family]);
     assert!(e.contains("RL.POLICY SUBJECT"), "{e}");
     // A subject alone: read, and removed.
-    let state = line(
-        &mut c,
-        &format!("RL.POLICY SUBJECT api {{acme}}:user:7 NOW {t}"),
-    )
-    .unwrap();
-    assert_eq!(
-        format!("{state:?}"),
+    let subject_7 = |c: &mut Connection| -> String {
+        let state = line(c, &format!("RL.POLICY SUBJECT api {{acme}}:user:7 NOW {t}")).unwrap();
+        format!("{state:?}")
+    };
+    let per = |fields: Value| {
         format!(
             "{:?}",
             Value::Array(vec![Value::Array(vec![
                 Value::BulkString(b"per".to_vec()),
-                Value::Array([1, 10, 9, 0, 100].map(Value::Int).to_vec()),
+                fields
             ])])
         )
+    };
+    assert_eq!(
+        subject_7(&mut c),
+        per(Value::Array([1, 10, 9, 0, 100].map(Value::Int).to_vec()))
     );
     assert_eq!(
         int(&mut c, &["RL.POLICY", "FORGET", "api", "{acme}:user:7"]),
@@ -221,21 +223,7 @@ fn a_family_is_one_key_in_its_subjects_slot(server: Server) {
         int(&mut c, &["RL.POLICY", "FORGET", "api", "{acme}:user:7"]),
         0
     );
-    let state = line(
-        &mut c,
-        &format!("RL.POLICY SUBJECT api {{acme}}:user:7 NOW {t}"),
-    )
-    .unwrap();
-    assert_eq!(
-        format!("{state:?}"),
-        format!(
-            "{:?}",
-            Value::Array(vec![Value::Array(vec![
-                Value::BulkString(b"per".to_vec()),
-                Value::Nil
-            ])])
-        )
-    );
+    assert_eq!(subject_7(&mut c), per(Value::Nil));
     // The whole family is an ordinary key.
     assert!(int(&mut c, &["MEMORY", "USAGE", family]) > 199 * 12);
     assert_eq!(int(&mut c, &["DEL", family]), 1);

@@ -120,6 +120,35 @@ fn compact_and_keyed_policies_answer_alike(server: Server) {
     }
 }
 
+/// Near the largest time a call takes (9999-12-31), limiters of long windows empty after it:
+/// a family keeps such an empty time as its last second (2106), and answers as keys do.
+#[rstest]
+fn compact_and_keyed_policies_answer_alike_at_the_end_of_time(server: Server) {
+    const MAX_TIMESTAMP: u64 = 253_402_300_799_999;
+    const DAY: u64 = 86_400_000;
+    let mut c = server.conn();
+    set_both(
+        &mut c,
+        "a TOKEN 1 2678400000 BURST 1 SHADOW b LEAKY 1 2678400000 BURST 2147483647 \
+         c FIXED 2147483647 2678400000 d THROTTLE 1000000 1 86400",
+    );
+    let mut rng = Rng::new(7);
+    let mut now = MAX_TIMESTAMP - 40 * DAY;
+    for step in 0..300 {
+        now = (now + rng.below(DAY / 4)).min(MAX_TIMESTAMP);
+        let subject = subject_of(rng.below(6));
+        let cost = [1, 2, 5, 1 << 20, 2_147_483_647][rng.below(5) as usize];
+        let call = |p: &str| format!("RL.HIT {p} {subject} COST {cost} NOW {now}");
+        let (keyed, compact) = (line(&mut c, &call("k")), line(&mut c, &call("c")));
+        assert_eq!(
+            format!("{keyed:?}"),
+            format!("{compact:?}"),
+            "step {step}: {}",
+            call("c")
+        );
+    }
+}
+
 #[rstest]
 fn the_storage_of_a_policy_does_not_change_under_its_name(server: Server) {
     let mut c = server.conn();

@@ -10,6 +10,11 @@
 //! - then more calls on those keys, which both replicas follow, with as many parameter sets
 //!   in use (`ratelimit_param_sets`) on every server.
 //!
+//! The calls include policies, keyed and compact (`RL.HIT`, and `RL.POLICY` setting them
+//! again with other numbers and limiters, as the other storage, deleting them, reading and
+//! forgetting subjects): their keys and families are keys as the others, and the policies
+//! (`RL.POLICY LIST`) must come back too.
+//!
 //! "The same" is `DEBUG DIGEST`, `DBSIZE`, and each key's `DEBUG DIGEST-VALUE` and
 //! `PEXPIRETIME` (the digest says whether a key has an expiry, not when). Every call gets a
 //! reply, an error reply included (they are counted); never a dropped connection.
@@ -28,7 +33,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use crate::common::roundtrip::{
-    env, render, show, Call, Gen, Rng, DAY, DAY31, KEYS, MAX_TIMESTAMP, W,
+    env, render, show, Call, Gen, Rng, DAY, DAY31, KEYS, MAX_TIMESTAMP, POLICIES, W,
 };
 use crate::common::{info_field, run, text, wait_until, Server};
 use redis::{Connection, ConnectionLike, Value};
@@ -72,6 +77,8 @@ struct State {
     digest: String,
     dbsize: i64,
     keys: BTreeMap<String, (String, i64)>,
+    /// `RL.POLICY LIST`: each policy's name, digest and words (server state, not keys).
+    policies: String,
 }
 
 fn state(c: &mut Connection) -> State {
@@ -95,6 +102,16 @@ fn state(c: &mut Connection) -> State {
         digest: text(c, &["DEBUG", "DIGEST"]),
         dbsize: redis::cmd("DBSIZE").query(c).expect("DBSIZE"),
         keys,
+        policies: format!(
+            "{:?}",
+            redis::cmd("RL.POLICY")
+                .arg("LIST")
+                .arg(0)
+                .arg("COUNT")
+                .arg(100)
+                .query::<Value>(c)
+                .expect("RL.POLICY LIST")
+        ),
     }
 }
 
@@ -117,18 +134,26 @@ fn difference(want: &State, got: &State) -> Option<String> {
     for k in got.keys.keys().filter(|k| !want.keys.contains_key(*k)) {
         out += &format!("\n  {k}: new");
     }
+    if want.policies != got.policies {
+        out += &format!("\n  policies: {} -> {}", want.policies, got.policies);
+    }
     Some(out)
 }
 
-/// The calls that named a key among `keys`, the last `n` of them, as a report shows them.
+/// The calls that named a key among `keys` (or the policy of a key a policy derived), the
+/// last `n` of them, as a report shows them.
 fn calls_on(log: &[Call], keys: &[String], n: usize) -> String {
+    let names = |s: &String| {
+        keys.iter().any(|k| {
+            k == s
+                || k.strip_prefix(s.as_str())
+                    .is_some_and(|r| r.starts_with('|'))
+        })
+    };
     let on: Vec<String> = log
         .iter()
         .enumerate()
-        .filter(|(_, call)| {
-            call.iter()
-                .any(|w| matches!(w, W::Lit(s) if keys.contains(s)))
-        })
+        .filter(|(_, call)| call.iter().any(|w| matches!(w, W::Lit(s) if names(s))))
         .map(|(i, call)| format!("  #{i}: {}", show(call)))
         .collect();
     on[on.len().saturating_sub(n)..].join("\n")
@@ -254,6 +279,7 @@ fn every_state_survives_every_way_back() {
             held: vec![Vec::new(); KEYS],
             tame: false,
             end: (MAX_TIMESTAMP - DAY31 - base) as i64,
+            policies: [None; POLICIES],
         },
         base,
         log: Vec::with_capacity(calls),

@@ -191,32 +191,36 @@ fn decide_alone(
         return Err(Error::Internal("RL.HIT"));
     };
     let mut fresh: Option<Subjects> = None;
-    let (reply, expires, before, changed) = {
+    let (decided, before, expires, changed) = {
         let mut held = key.state::<Subjects>()?;
         let (s, mut changed) = family_for(held.as_deref_mut(), &mut fresh, layout, effect)?;
         let before = s.expires();
-        let place = s.locate(subject);
-        let mut one = [None];
-        let held_until = s.read_at(place, &mut one);
-        let ran = m
-            .prepared
-            .alone_packed(one[0], cost, clock)
-            .ok_or(Error::Internal("RL.HIT"))?
-            .map_err(|e| named(policy, members, subject, 0, e))?;
-        if ran.slot.unfit {
-            return Err(Refused::Unfit.error());
-        }
-        if let (true, Some(recorded)) = (ran.slot.changed, ran.recorded) {
-            let empty = empty_time(held_until, [recorded], clock);
-            record(s, place, subject, &[ran.slot.state], empty, effect)?;
-            changed = true;
-        }
-        let swept = s.sweep(clock.server, |gone| effect.forget(gone));
-        changed |= swept.is_some_and(|n| n > 0);
-        (ran.reply, s.expires(), before, changed)
+        let decided = (|| {
+            let place = s.locate(subject);
+            let mut one = [None];
+            let held_until = s.read_at(place, &mut one);
+            let ran = m
+                .prepared
+                .alone_packed(one[0], cost, clock)
+                .ok_or(Error::Internal("RL.HIT"))?
+                .map_err(|e| named(policy, members, subject, 0, e))?;
+            if ran.slot.unfit {
+                return Err(Refused::Unfit.error());
+            }
+            if let (true, Some(recorded)) = (ran.slot.changed, ran.recorded) {
+                let empty = empty_time(held_until, [recorded], clock);
+                record(s, place, subject, &[ran.slot.state], empty, effect)?;
+                changed = true;
+            }
+            let swept = s.sweep(clock.server, |gone| effect.forget(gone));
+            changed |= swept.is_some_and(|n| n > 0);
+            Ok(ran.reply)
+        })();
+        (decided, before, s.expires(), changed)
     };
+    // Kept and settled also when the hit failed: a layout changed first is the family's.
     keep(key, fresh, (before, expires), changed, effect, ops)?;
-    Ok(reply)
+    decided
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -234,40 +238,43 @@ fn decide(
     let ops = effect.len();
     let mut states: SmallVec<[Option<Packed>; 4]> = smallvec::smallvec![None; members.len()];
     let mut fresh: Option<Subjects> = None;
-    let before;
-    let (outcome, expires, changed) = {
+    let (decided, before, expires, changed) = {
         let mut held = key.state::<Subjects>()?;
         let (s, mut changed) = family_for(held.as_deref_mut(), &mut fresh, layout, effect)?;
-        before = s.expires();
-        let place = s.locate(subject);
-        let held_until = s.read_at(place, &mut states);
-        let now = clock.caller;
-        let mut slots: SmallVec<[PackedSlot; 4]> = SmallVec::new();
-        for st in states.iter().take(members.len()) {
-            slots.push(PackedSlot::new(*st));
-        }
-        let outcome = decide_all(members, &mut slots, cost, now, shadow)
-            .map_err(|(i, e)| named(policy, members, subject, i, e))?;
-        if slots.iter().any(|s| s.unfit) {
-            return Err(Refused::Unfit.error());
-        }
-        if slots.iter().any(|s| s.changed) {
-            let recorded = outcome
-                .committed
-                .iter()
-                .flatten()
-                .map(|c| (c.latest, c.empty_at));
-            let empty = empty_time(held_until, recorded, clock);
-            let packed: SmallVec<[Option<Packed>; 4]> = slots.iter().map(|s| s.state).collect();
-            record(s, place, subject, &packed, empty, effect)?;
-            changed = true;
-        }
-        let swept = s.sweep(clock.server, |gone| effect.forget(gone));
-        changed |= swept.is_some_and(|n| n > 0);
-        (Ran::All(outcome), s.expires(), changed)
+        let before = s.expires();
+        let decided = (|| {
+            let place = s.locate(subject);
+            let held_until = s.read_at(place, &mut states);
+            let now = clock.caller;
+            let mut slots: SmallVec<[PackedSlot; 4]> = SmallVec::new();
+            for st in states.iter().take(members.len()) {
+                slots.push(PackedSlot::new(*st));
+            }
+            let outcome = decide_all(members, &mut slots, cost, now, shadow)
+                .map_err(|(i, e)| named(policy, members, subject, i, e))?;
+            if slots.iter().any(|s| s.unfit) {
+                return Err(Refused::Unfit.error());
+            }
+            if slots.iter().any(|s| s.changed) {
+                let recorded = outcome
+                    .committed
+                    .iter()
+                    .flatten()
+                    .map(|c| (c.latest, c.empty_at));
+                let empty = empty_time(held_until, recorded, clock);
+                let packed: SmallVec<[Option<Packed>; 4]> = slots.iter().map(|s| s.state).collect();
+                record(s, place, subject, &packed, empty, effect)?;
+                changed = true;
+            }
+            let swept = s.sweep(clock.server, |gone| effect.forget(gone));
+            changed |= swept.is_some_and(|n| n > 0);
+            Ok(Ran::All(outcome))
+        })();
+        (decided, before, s.expires(), changed)
     };
+    // Kept and settled also when the hit failed: a layout changed first is the family's.
     keep(key, fresh, (before, expires), changed, effect, ops)?;
-    Ok(outcome)
+    decided
 }
 
 /// When a subject is empty again after a call: when each limiter's key that the call

@@ -139,9 +139,10 @@ impl Refused {
     }
 }
 
-/// Whole seconds at or after `at`, as the family keeps empty times.
+/// Whole seconds at or after `at`, as the family keeps empty times (past 2106, the last one:
+/// the 4 bytes an entry keeps, which its effect carries).
 fn ceil_seconds(at: Instant) -> Instant {
-    Instant::from_ms(at.ms().div_ceil(1000).saturating_mul(1000))
+    Instant::from_ms(u64::from(Family::seconds(at)) * 1000)
 }
 
 /// The bytes of an entry for `n` limiters.
@@ -323,7 +324,7 @@ impl Subjects {
         empty_at: Instant,
     ) -> Option<(&[u8], Instant)> {
         let n = self.0.layout.len();
-        if states.len() != n || empty_at > MAX_TIMESTAMP {
+        if states.len() != n {
             return None;
         }
         let Inner {
@@ -428,9 +429,6 @@ impl Subjects {
         empty_at: Instant,
     ) -> Result<(bool, Instant), Refused> {
         let inner = &mut self.0;
-        if empty_at > MAX_TIMESTAMP {
-            return Err(Refused::Unfit);
-        }
         let index = usize::from(*entry.first().ok_or(Refused::Unfit)?);
         // The set: the one at `set` (its parameters these), or a free one taking them.
         let new_set = match inner.sets.get(index) {
@@ -626,9 +624,11 @@ impl Kind for Subjects {
     const CODE: u8 = 9;
     const FORM: Form = Form::Boxed;
 
-    /// Its expiry: what an effect's time is measured against (never behind it).
+    /// The largest time: an effect's time is never ahead of a family, whose expiry is its
+    /// entries' latest empty time as the primary gave it (a hit whose `NOW` is past it, a
+    /// `COST 0` one, leaves it so), not lengthened to the effect's time on a replica.
     fn latest_time(&self) -> Instant {
-        self.0.expires
+        MAX_TIMESTAMP
     }
 
     fn empty_time(&self) -> Option<Instant> {

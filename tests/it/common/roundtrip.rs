@@ -116,7 +116,20 @@ pub struct Gen {
     pub tame: bool,
     /// The latest time calls go to: 31 days before the largest time a call takes.
     pub end: i64,
+    /// Each policy `pN` of [`POLICIES`]: compact (`Some(true)`), keyed, or none set.
+    pub policies: [Option<bool>; POLICIES],
 }
+
+/// Policies the calls name, `p0` to `p2`: set (compact or keyed), set again with other
+/// numbers and limiters, deleted.
+pub const POLICIES: usize = 3;
+
+/// The subjects of `RL.HIT`: a few, two with a hash tag of their own (in one family), the
+/// longest a subject may be.
+const SUBJECTS: [&str; 6] = ["s0", "s1", "s2", "{t}a", "{t}b", "LONG"];
+
+/// Limiter names of the policies: a name may come back as another kind.
+const LIMITER_NAMES: [&str; 4] = ["a", "b", "c", "d"];
 
 pub const KINDS: [&str; 6] = ["SLIDE", "TOKEN", "LEAKY", "FIXED", "SUBWIN", "ACQUIRE"];
 
@@ -280,7 +293,7 @@ impl Gen {
         self.step();
         let key = self.key();
         let name = lit(format!("k{key}"));
-        let call = match self.rng.below(12) {
+        let call = match self.rng.below(15) {
             0..=5 => {
                 // One limiter, as its own command (mostly) or as RL.ALL of one key; or two.
                 let kind = self.kind(key);
@@ -346,6 +359,7 @@ impl Gen {
                 }
                 call
             }
+            12..=14 => return self.policy_call(),
             command => {
                 // Mostly on the keys of leases.
                 let key = match self.rng.below(10) {
@@ -370,6 +384,121 @@ impl Gen {
         self.finish(call)
     }
 
+    /// A call on a policy: mostly `RL.HIT`; its definition (set again, as the other storage:
+    /// refused, or deleted), a subject read, forgotten or unbanned.
+    fn policy_call(&mut self) -> Call {
+        let p = self.rng.below(POLICIES);
+        let name = lit(format!("p{p}"));
+        let subject = match self.rng.pick(&SUBJECTS) {
+            "LONG" => lit("u".repeat(1024)),
+            s => lit(s),
+        };
+        let call = match self.rng.below(40) {
+            _ if self.policies[p].is_none() && self.rng.one_in(2) => return self.define(p),
+            0..=27 => {
+                let mut call = vec![lit("RL.HIT"), name, subject];
+                let limit = self.rng.pick(&[1, 10, I32_MAX]);
+                call.extend(self.cost(limit));
+                call
+            }
+            28..=30 => return self.define(p),
+            31..=33 => vec![lit("RL.POLICY"), lit("SUBJECT"), name, subject],
+            34 | 35 => return vec![lit("RL.POLICY"), lit("FORGET"), name, subject],
+            36 => return vec![lit("RL.POLICY"), lit("UNBAN"), name, subject],
+            37 => return vec![lit("RL.POLICY"), lit("DEL"), name],
+            _ => {
+                // The other storage: refused while the policy is set.
+                let mut call = self.define(p);
+                match call.iter().position(|w| *w == lit("COMPACT")) {
+                    Some(at) => {
+                        call.remove(at);
+                    }
+                    None => call.insert(3, lit("COMPACT")),
+                }
+                return call;
+            }
+        };
+        self.finish(call)
+    }
+
+    /// `RL.POLICY SET pN ...`: its storage as it is (compact for `p0` and `p2` when none is
+    /// set, else at random), clauses now and then, one to three limiters, drawn.
+    fn define(&mut self, p: usize) -> Call {
+        let compact = self.policies[p].unwrap_or(p != 1 || self.rng.one_in(4));
+        let mut call = vec![lit("RL.POLICY"), lit("SET"), lit(format!("p{p}"))];
+        if compact {
+            call.push(lit("COMPACT"));
+        }
+        if self.rng.one_in(10) {
+            call.push(lit("SHADOW"));
+        }
+        if self.rng.one_in(5) {
+            call.push(lit("PENALTY"));
+            let refusals = self.rng.pick(&[1, 3]);
+            let (window, ban) = self.rng.pick(&[(1000, 5000), (60_000, DAY31)]);
+            call.extend([refusals, window, ban].map(|n| lit(n.to_string())));
+            if self.rng.one_in(2) {
+                call.extend([lit("MAX"), lit((4 * ban).min(DAY31).to_string())]);
+            }
+        }
+        let mut names = LIMITER_NAMES;
+        for i in 0..1 + self.rng.below(3) {
+            let j = i + self.rng.below(names.len() - i);
+            names.swap(i, j);
+            call.push(lit(names[i]));
+            call.extend(self.limiter(compact));
+            if self.rng.one_in(8) {
+                call.push(lit("SHADOW"));
+            }
+        }
+        call
+    }
+
+    /// A policy's limiter, its kind's keyword first: of the kinds a compact policy holds,
+    /// or of any kind but `ACQUIRE` for a keyed one.
+    fn limiter(&mut self, compact: bool) -> Call {
+        let kinds: &[&str] = if compact {
+            &["TOKEN", "LEAKY", "FIXED", "THROTTLE"]
+        } else {
+            &["TOKEN", "LEAKY", "FIXED", "THROTTLE", "SLIDE", "SUBWIN"]
+        };
+        let kind = self.rng.pick(kinds);
+        let r = &mut self.rng;
+        let mut words = vec![lit(kind)];
+        let mut push = |n: u64| words.push(lit(n.to_string()));
+        match kind {
+            "THROTTLE" => {
+                push(r.pick(&[0, 15, 1_000_000]));
+                push(r.pick(&[1, 30, 1_000_000]));
+                push(r.pick(&[1, 60, 86_400]));
+            }
+            "SUBWIN" => {
+                let (window, res) = r.pick(&[(1000, 10), (60_000, 60_000), (DAY31, DAY31 / 4000)]);
+                push(r.pick(&[1, 10, I32_MAX]));
+                push(window);
+                push(res);
+            }
+            _ => {
+                push(r.pick(&[1, 10, I32_MAX]));
+                push(r.pick(&[1, 1000, DAY31]));
+            }
+        }
+        match kind {
+            "LEAKY" if r.one_in(2) => {
+                words.extend([lit("MAXDELAY"), lit(r.pick(&[0, DAY31]).to_string())])
+            }
+            "FIXED" if r.one_in(2) => words.push(lit("ALIGN")),
+            _ => {}
+        }
+        if matches!(kind, "TOKEN" | "LEAKY") && r.one_in(3) {
+            words.extend([lit("BURST"), lit(r.pick(&[1, I32_MAX]).to_string())]);
+        }
+        if kind != "THROTTLE" && r.one_in(6) {
+            words.extend([lit("COST"), lit(r.pick(&[0, 1, 2]).to_string())]);
+        }
+        words
+    }
+
     /// The call at the current time.
     fn finish(&self, mut call: Call) -> Call {
         call.extend([lit("NOW"), W::At(self.t)]);
@@ -379,6 +508,22 @@ impl Gen {
     /// Remembers the lease ids a reply granted.
     pub fn granted(&mut self, call: &Call, reply: &Value, base: u64) {
         let W::Lit(command) = &call[0] else { return };
+        if command == "RL.POLICY" {
+            let p = match call.get(2) {
+                Some(W::Lit(name)) => name.strip_prefix('p').and_then(|p| p.parse::<usize>().ok()),
+                _ => None,
+            };
+            match (call.get(1), p, reply) {
+                (Some(W::Lit(op)), Some(p), Value::Okay) if op == "SET" && p < POLICIES => {
+                    self.policies[p] = Some(call.contains(&lit("COMPACT")));
+                }
+                (Some(W::Lit(op)), Some(p), Value::Int(1)) if op == "DEL" && p < POLICIES => {
+                    self.policies[p] = None;
+                }
+                _ => {}
+            }
+            return;
+        }
         let id_of = |fields: &[Value]| match fields.get(5) {
             Some(Value::BulkString(id)) => Some(String::from_utf8_lossy(id).into_owned()),
             _ => None,

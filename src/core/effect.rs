@@ -389,7 +389,7 @@ impl<'a> Words<'a> {
             len: 0,
         };
         let mut push = |w: &'a [u8]| -> Result<(), Error> {
-            let slot = words.words.get_mut(words.len).ok_or(Error::Arity)?;
+            let slot = words.words.get_mut(words.len).ok_or_else(|| Error::Arity)?;
             *slot = w;
             words.len += 1;
             Ok(())

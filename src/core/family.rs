@@ -568,6 +568,7 @@ impl Family {
     }
 
     /// Seconds from the last sweep to `now` (all of them before the first).
+    #[inline]
     pub fn since_sweep(&self, now: Instant) -> u64 {
         let secs = u32::try_from(now.ms() / 1000).unwrap_or(u32::MAX);
         u64::from(secs.saturating_sub(self.swept_at))

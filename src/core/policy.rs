@@ -130,9 +130,12 @@ pub fn hash_tag(key: &[u8]) -> Option<&[u8]> {
     rest.get(..close).filter(|tag| !tag.is_empty())
 }
 
-/// CRC16 (XMODEM) of each byte, for [`slot`]: a byte at a time.
-const CRC16: [u16; 256] = {
-    let mut table = [0u16; 256];
+/// CRC16 (XMODEM) tables for [`slot`], four bytes at a time: `CRC16[j][x]` is the CRC of
+/// byte `x` followed by `j` zero bytes (`CRC16[0]` the usual table of a byte at a time). A
+/// CRC is linear, so four bytes' tables combine by XOR, each lookup independent of the
+/// others: half the instructions of a byte at a time on a subject of a dozen bytes.
+const CRC16: [[u16; 256]; 4] = {
+    let mut tables = [[0u16; 256]; 4];
     let mut b = 0;
     while b < 256 {
         let mut crc = (b as u16) << 8;
@@ -145,10 +148,20 @@ const CRC16: [u16; 256] = {
             };
             i += 1;
         }
-        table[b] = crc;
+        tables[0][b] = crc;
         b += 1;
     }
-    table
+    let mut j = 1;
+    while j < 4 {
+        let mut b = 0;
+        while b < 256 {
+            let prev = tables[j - 1][b];
+            tables[j][b] = (prev << 8) ^ tables[0][(prev >> 8) as usize];
+            b += 1;
+        }
+        j += 1;
+    }
+    tables
 };
 
 /// A key's Redis Cluster slot: CRC16 (XMODEM) of its hash tag, or of the key, mod 16384.
@@ -158,10 +171,18 @@ pub fn slot(key: &[u8]) -> u16 {
 
 /// The slot of a key whose hashed part is `data` (the key without a hash tag).
 fn slot_of_bytes(data: &[u8]) -> u16 {
+    let [t0, t1, t2, t3] = &CRC16;
     let mut crc: u16 = 0;
-    for &b in data {
-        let at = usize::from((crc >> 8) as u8 ^ b);
-        crc = (crc << 8) ^ CRC16.get(at).copied().unwrap_or_default();
+    let mut chunks = data.chunks_exact(4);
+    for c in &mut chunks {
+        let &[b0, b1, b2, b3] = c else { continue };
+        crc = t3[usize::from((crc >> 8) as u8 ^ b0)]
+            ^ t2[usize::from(crc as u8 ^ b1)]
+            ^ t1[usize::from(b2)]
+            ^ t0[usize::from(b3)];
+    }
+    for &b in chunks.remainder() {
+        crc = (crc << 8) ^ t0[usize::from((crc >> 8) as u8 ^ b)];
     }
     crc & 0x3fff
 }
@@ -525,6 +546,43 @@ fn take(r: &mut Reader, max: usize) -> Result<Vec<u8>, Malformed> {
 #[cfg(test)]
 mod slot_tag_tests {
     use super::*;
+
+    /// CRC16 (XMODEM) a bit at a time, as its definition reads.
+    fn crc16_bitwise(data: &[u8]) -> u16 {
+        let mut crc: u16 = 0;
+        for &b in data {
+            crc ^= u16::from(b) << 8;
+            for _ in 0..8 {
+                crc = if crc & 0x8000 != 0 {
+                    (crc << 1) ^ 0x1021
+                } else {
+                    crc << 1
+                };
+            }
+        }
+        crc
+    }
+
+    #[test]
+    fn four_bytes_at_a_time_is_the_crc() {
+        assert_eq!(crc16_bitwise(b"123456789"), 0x31c3);
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for len in 0..200 {
+            let data: Vec<u8> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            assert_eq!(
+                slot_of_bytes(&data),
+                crc16_bitwise(&data) & 0x3fff,
+                "{data:?}"
+            );
+        }
+    }
 
     #[test]
     fn every_slot_has_a_short_tag_that_hashes_to_it() {

@@ -209,7 +209,9 @@ impl Handler for All {
         let frames = Frames::new();
         let (mut limiters, now) = parse(ctx, &words, &frames)?;
         let clock = clock(ctx, now, Mode::Decide)?;
-        let names = args.get(2..2 + limiters.len()).ok_or(Error::Arity)?;
+        let names = args
+            .get(2..2 + limiters.len())
+            .ok_or_else(|| Error::Arity)?;
         let outcome = run_limiters(ctx, &mut limiters, names, clock, Shadow::NONE)?;
         if let Some(key) = outcome.refused_by.and_then(|i| names.get(i)) {
             super::top::refused_key(key.as_bytes());

@@ -144,7 +144,7 @@ fn apply_one(ctx: &Context, key: Arg, effect: &Arg, mode: Mode) -> Result<Reply,
             expanded = effect::expand(compact, effect_command)?;
             expanded
                 .as_bytes()
-                .ok_or(Error::Invalid("RL.APPLY effect is malformed"))?
+                .ok_or_else(|| Error::Invalid("RL.APPLY effect is malformed"))?
         }
         text => text,
     };

@@ -89,7 +89,7 @@ fn entry(key: &Key) -> Result<Option<&'static KindEntry>, Error> {
             .kinds
             .get(i)
             .map(Some)
-            .ok_or(Error::Internal("a value of no known kind")),
+            .ok_or_else(|| Error::Internal("a value of no known kind")),
         None => Ok(None),
     }
 }

@@ -185,7 +185,7 @@ where
             let mut held = match state {
                 Some((p, latest, tail)) => Some(
                     <C::Kind as crate::rm::storage::MaybeCompact>::unpack(p, latest, tail)
-                        .ok_or(Error::Internal("RL.HIT"))?,
+                        .ok_or_else(|| Error::Internal("RL.HIT"))?,
                 ),
                 None => None,
             };
@@ -194,7 +194,7 @@ where
             let recorded = match ran.change {
                 Change::None => None,
                 Change::Held { after, .. } => {
-                    let k = held.as_ref().ok_or(Error::Internal("RL.HIT"))?;
+                    let k = held.as_ref().ok_or_else(|| Error::Internal("RL.HIT"))?;
                     slot.store(k);
                     Some((k.latest_time(), after))
                 }
@@ -387,7 +387,8 @@ where
 
     fn commit(&mut self, slot: &mut S, now: Instant) -> Result<Committed, Error> {
         if let Some(mut new) = self.new.take() {
-            let reply = C::commit(&mut new, &self.call, now).ok_or(Error::Internal("RL.ALL"))?;
+            let reply =
+                C::commit(&mut new, &self.call, now).ok_or_else(|| Error::Internal("RL.ALL"))?;
             let (latest, empty_at) = (new.latest_time(), new.empty_time());
             slot.set(new)?;
             return Ok(Committed {
@@ -397,9 +398,12 @@ where
                 empty_at,
             });
         }
-        let mut held = slot.state::<C::Kind>()?.ok_or(Error::Internal("RL.ALL"))?;
+        let mut held = slot
+            .state::<C::Kind>()?
+            .ok_or_else(|| Error::Internal("RL.ALL"))?;
         let before = held.empty_time();
-        let reply = C::commit(&mut held, &self.call, now).ok_or(Error::Internal("RL.ALL"))?;
+        let reply =
+            C::commit(&mut held, &self.call, now).ok_or_else(|| Error::Internal("RL.ALL"))?;
         Ok(Committed {
             reply,
             before,

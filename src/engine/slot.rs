@@ -112,7 +112,7 @@ impl Slot for PackedSlot {
         let Some((params, latest, tail)) = self.state else {
             return Ok(None);
         };
-        let state = K::unpack(params, latest, tail).ok_or(Error::Internal("RL.HIT"))?;
+        let state = K::unpack(params, latest, tail).ok_or_else(|| Error::Internal("RL.HIT"))?;
         Ok(Some(Unpacked {
             state,
             slot: self,

@@ -130,7 +130,7 @@ pub fn wait(
     timeout: u64,
 ) -> Result<(), Error> {
     let bc = api::block_client(ctx, Some(on_reply), Some(on_free), Some(on_disconnect))
-        .ok_or(Error::MissingApi("BlockClient"))?;
+        .ok_or_else(|| Error::MissingApi("BlockClient"))?;
     let key: QueueKey = (db, name.as_bytes().to_vec());
     let serial = {
         let mut w = waiting();

@@ -121,7 +121,7 @@ impl<'a> Key<'a> {
             }
             storage::kind_index(raw)
                 .map(Some)
-                .ok_or(Error::Internal("a value of no known kind"))
+                .ok_or_else(|| Error::Internal("a value of no known kind"))
         }
     }
 

@@ -255,7 +255,11 @@ where
             Some(state) => C::reshaped(state, &self.call, now),
             None => C::fresh(&self.call),
         };
-        let state = self.new.as_ref().or(held.as_ref()).ok_or(Error::Arity)?;
+        let state = self
+            .new
+            .as_ref()
+            .or(held.as_ref())
+            .ok_or_else(|| Error::Arity)?;
         let behind = Kind::latest_time(state).since(now);
         let d = C::evaluate(state, &self.call, now).seen_from_behind(behind);
         let fits = match (d.allowed, C::cost(&self.call)) {
@@ -272,9 +276,9 @@ where
     fn commit(&mut self, db: &mut Db, now: Instant) -> Result<Vec<u8>, Error> {
         let mut state = match self.new.take() {
             Some(new) => new,
-            None => typed::<C::Kind>(db, self.key)?.ok_or(Error::Arity)?,
+            None => typed::<C::Kind>(db, self.key)?.ok_or_else(|| Error::Arity)?,
         };
-        let reply = C::commit(&mut state, &self.call, now).ok_or(Error::DoesNotFit)?;
+        let reply = C::commit(&mut state, &self.call, now).ok_or_else(|| Error::DoesNotFit)?;
         let at = Kind::latest_time(&state);
         db.insert(self.key, Box::new(state));
         settle(db, self.key);
@@ -314,7 +318,7 @@ fn run(db: &mut Db, op: &Op, now: Instant) -> Vec<(u8, Vec<u8>)> {
                 .zip(&lines)
                 .map(|(key, (kind, line, _))| {
                     let limiter = registry().kinds[usize::from(*kind)].limiter;
-                    limiter.ok_or(Error::Arity)?(*key, &after_keyword(line))
+                    limiter.ok_or_else(|| Error::Arity)?(*key, &after_keyword(line))
                 })
                 .collect();
             let Ok(mut limiters) = made else {

@@ -214,7 +214,8 @@ impl Handler for Unban {
         let mut key = crate::core::policy::Key::new();
         let (name, subject) = (name.as_bytes(), subject.as_bytes());
         crate::core::policy::key_for(name, b"", b"penalty", subject, &mut key)?;
-        let owned = OwnedString::new(ctx, key.as_bytes()).ok_or(Error::Internal("RL.POLICY"))?;
+        let owned =
+            OwnedString::new(ctx, key.as_bytes()).ok_or_else(|| Error::Internal("RL.POLICY"))?;
         let mut k = Key::open(ctx, owned.arg(), true);
         let held = k.state::<Penalty>()?.is_some();
         if held {

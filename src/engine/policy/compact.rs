@@ -39,7 +39,7 @@ pub fn family_name(
     tagged: bool,
 ) -> Result<OwnedString, Error> {
     let key = def::FamilyKey::of(name, subject, tagged);
-    OwnedString::new(ctx, key.as_bytes()).ok_or(Error::Internal("RL.HIT"))
+    OwnedString::new(ctx, key.as_bytes()).ok_or_else(|| Error::Internal("RL.HIT"))
 }
 
 /// [`limiters::decide`] of a hit of `cost` on several limiters' `slots` at `now` (apart from
@@ -151,9 +151,9 @@ fn family_for<'k>(
 ) -> Result<(&'k mut Subjects, bool), Error> {
     let s = match held {
         Some(s) => s,
-        None => {
-            fresh.insert(Subjects::new(layout.limiters.clone()).ok_or(Error::Internal("RL.HIT"))?)
-        }
+        None => fresh.insert(
+            Subjects::new(layout.limiters.clone()).ok_or_else(|| Error::Internal("RL.HIT"))?,
+        ),
     };
     if s.is_empty() {
         // A new family (given its layout only if it keeps a subject).
@@ -165,7 +165,7 @@ fn family_for<'k>(
         // the states of the limiters it still has (as their keys would stay).
         *s = s
             .relayout(layout.limiters.clone())
-            .ok_or(Error::Internal("RL.HIT"))?;
+            .ok_or_else(|| Error::Internal("RL.HIT"))?;
         effect.layout(&layout.limiters);
         return Ok((s, true));
     }
@@ -202,7 +202,7 @@ fn decide_alone(
             let ran = m
                 .prepared
                 .alone_packed(one[0], cost, clock)
-                .ok_or(Error::Internal("RL.HIT"))?
+                .ok_or_else(|| Error::Internal("RL.HIT"))?
                 .map_err(|e| named(policy, members, subject, 0, e))?;
             if ran.slot.unfit {
                 return Err(Refused::Unfit.error());
@@ -219,7 +219,7 @@ fn decide_alone(
         (decided, before, s.expires(), changed)
     };
     // Kept and settled also when the hit failed: a layout changed first is the family's.
-    keep(key, fresh, (before, expires), changed, effect, ops)?;
+    keep(key, &mut fresh, (before, expires), changed, effect, ops)?;
     decided
 }
 
@@ -273,7 +273,7 @@ fn decide(
         (decided, before, s.expires(), changed)
     };
     // Kept and settled also when the hit failed: a layout changed first is the family's.
-    keep(key, fresh, (before, expires), changed, effect, ops)?;
+    keep(key, &mut fresh, (before, expires), changed, effect, ops)?;
     decided
 }
 
@@ -327,13 +327,13 @@ fn record(
 /// back to `ops` bytes), and settles a changed one (`before` and `expires` its expiry).
 fn keep(
     key: &Key,
-    fresh: Option<Subjects>,
+    fresh: &mut Option<Subjects>,
     (before, expires): (Option<Instant>, Option<Instant>),
     changed: bool,
     effect: &mut EffectWriter,
     ops: usize,
 ) -> Result<(), Error> {
-    if let Some(new) = fresh {
+    if let Some(new) = fresh.take() {
         if new.is_empty() {
             // Nothing kept: no effect either.
             effect.truncate(ops);

@@ -170,7 +170,10 @@ fn hit(
                 key.clear();
                 let name = policy.name.as_bytes();
                 def::write_key(name, &m.name, m.kind.as_bytes(), subject, tagged, &mut key);
-                owned.push(OwnedString::new(ctx, key.as_bytes()).ok_or(Error::Internal("RL.HIT"))?);
+                owned.push(
+                    OwnedString::new(ctx, key.as_bytes())
+                        .ok_or_else(|| Error::Internal("RL.HIT"))?,
+                );
             }
             On::Keys(&owned)
         }
@@ -189,7 +192,7 @@ fn hit(
         tagged,
         &mut key,
     );
-    let ban_key = OwnedString::new(ctx, key.as_bytes()).ok_or(Error::Internal("RL.HIT"))?;
+    let ban_key = OwnedString::new(ctx, key.as_bytes()).ok_or_else(|| Error::Internal("RL.HIT"))?;
     let banned = |ctx: &Context| -> Result<Option<Decision>, Error> {
         let mut k = Key::open(ctx, ban_key.arg(), false);
         let held = k.state::<Penalty>()?;

@@ -96,7 +96,8 @@ impl Member {
             tagged,
             &mut key,
         );
-        crate::rm::api::OwnedString::new(ctx, key.as_bytes()).ok_or(Error::Internal("RL.POLICY"))
+        crate::rm::api::OwnedString::new(ctx, key.as_bytes())
+            .ok_or_else(|| Error::Internal("RL.POLICY"))
     }
 }
 

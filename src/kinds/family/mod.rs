@@ -257,6 +257,7 @@ impl Subjects {
     }
 
     /// When the key goes: the latest empty time any subject was given, while one is held.
+    #[inline]
     pub fn expires(&self) -> Option<Instant> {
         (!self.is_empty()).then_some(self.0.expires)
     }
@@ -429,7 +430,7 @@ impl Subjects {
         empty_at: Instant,
     ) -> Result<(bool, Instant), Refused> {
         let inner = &mut self.0;
-        let index = usize::from(*entry.first().ok_or(Refused::Unfit)?);
+        let index = usize::from(*entry.first().ok_or_else(|| Refused::Unfit)?);
         // The set: the one at `set` (its parameters these), or a free one taking them.
         let new_set = match inner.sets.get(index) {
             Some(s) if s.refs > 0 => {
@@ -501,14 +502,19 @@ impl Subjects {
     /// (the whole index every [`SWEEP_PERIOD_S`] seconds while calls come), [`SWEEP_MAX`] at
     /// most.
     /// `None` when no sweep is due (the last one this second).
+    #[inline]
     pub fn sweep(&mut self, now: Instant, removed: impl FnMut(&[u8])) -> Option<usize> {
         let since = self.0.family.since_sweep(now);
+        if since == 0 {
+            // Most hits: swept this second already.
+            return None;
+        }
         let behind = (self.index_len() as u64)
             .saturating_mul(since)
             .div_ceil(SWEEP_PERIOD_S);
         // Every few seconds; every second for a family a sweep cannot go over whole in
         // time otherwise.
-        if since == 0 || (since < SWEEP_EVERY_S && behind < SWEEP_MAX as u64) {
+        if since < SWEEP_EVERY_S && behind < SWEEP_MAX as u64 {
             return None;
         }
         self.0.family.swept(now);
@@ -517,6 +523,7 @@ impl Subjects {
     }
 
     /// [`Subjects::sweep`] over `budget` slots.
+    #[inline(never)]
     pub fn sweep_slots(
         &mut self,
         now: Instant,
@@ -1116,7 +1123,7 @@ pub fn check(state: Option<&Subjects>, ops: &[u8]) -> Result<(), Error> {
                         Some((_, p)) => &p[..layout.len()],
                         None => state
                             .and_then(|s| s.set_params(index))
-                            .ok_or(Error::BadPayload("an entry of a set the family does not hold"))?,
+                            .ok_or_else(|| Error::BadPayload("an entry of a set the family does not hold"))?,
                     },
                 };
                 if !check_entry(layout, p, entry) {
@@ -1136,7 +1143,7 @@ pub fn apply_op(s: &mut Subjects, op: Op<'_>) -> Result<(), Error> {
             if l != s.0.layout {
                 *s = s
                     .relayout(l)
-                    .ok_or(Error::BadPayload("a layout no compact policy has"))?;
+                    .ok_or_else(|| Error::BadPayload("a layout no compact policy has"))?;
             }
         }
         Op::Put {
@@ -1151,7 +1158,7 @@ pub fn apply_op(s: &mut Subjects, op: Op<'_>) -> Result<(), Error> {
                 Some(p) => p[..n].iter().copied().collect(),
                 None => s
                     .set_params(index)
-                    .ok_or(Refused::Diverged.error())?
+                    .ok_or_else(|| Refused::Diverged.error())?
                     .iter()
                     .copied()
                     .collect(),
@@ -1181,7 +1188,7 @@ fn apply(state: Option<&mut Subjects>, ops: &[u8]) -> Result<Option<Subjects>, E
         Some(s) => s,
         None => match next_op(&mut r, &mut n).map_err(malformed)? {
             Some(Op::Layout(l)) => made.insert(
-                Subjects::new(l).ok_or(Error::BadPayload("a layout no compact policy has"))?,
+                Subjects::new(l).ok_or_else(|| Error::BadPayload("a layout no compact policy has"))?,
             ),
             Some(_) => return Err(Error::BadPayload("no layout")),
             None => return Ok(None),
@@ -1226,14 +1233,14 @@ impl Command for FamilyEffect {
             return Err(Error::Arity);
         };
         let bytes = crate::core::effect::from_hex(word)
-            .ok_or(Error::BadPayload("an RL.FAMILY effect is its bytes in hex"))?;
+            .ok_or_else(|| Error::BadPayload("an RL.FAMILY effect is its bytes in hex"))?;
         let mut r = Reader::new(&bytes);
         let now = r
             .bytes(8)
             .ok()
             .and_then(|b| b.try_into().ok())
             .map(u64::from_le_bytes)
-            .ok_or(Error::BadPayload("an RL.FAMILY effect starts with its time"))?;
+            .ok_or_else(|| Error::BadPayload("an RL.FAMILY effect starts with its time"))?;
         if now > MAX_TIMESTAMP.ms() {
             return Err(Error::BadPayload("a time out of range"));
         }

@@ -156,7 +156,7 @@ fn refused(r: Refusal, id: Option<&[u8]>) -> Error {
 /// A lease id as given: as it is from a client, in hex in an effect.
 fn id_arg(word: &[u8], hex: bool) -> Result<Cow<'_, [u8]>, Error> {
     let id = if hex {
-        Cow::Owned(from_hex(word).ok_or(Error::Invalid("RL.APPLY effect is malformed"))?)
+        Cow::Owned(from_hex(word).ok_or_else(|| Error::Invalid("RL.APPLY effect is malformed"))?)
     } else {
         Cow::Borrowed(word)
     };
@@ -216,7 +216,7 @@ impl Acquire {
                 let id = call
                     .id
                     .as_deref()
-                    .ok_or(Error::Invalid("an RL.ACQUIRE effect needs ID"))?;
+                    .ok_or_else(|| Error::Invalid("an RL.ACQUIRE effect needs ID"))?;
                 if mode == Mode::Check {
                     leases
                         .check_record(clock.caller, call.cost, id)
@@ -465,9 +465,9 @@ args::option_set! {
 
 /// Parses `RL.RELEASE` (`extend` false) or `RL.EXTEND`.
 fn parse_held<'a>(words: &[&'a [u8]], hex: bool, extend: bool) -> Result<HeldCall<'a>, Error> {
-    let id = id_arg(words.first().ok_or(Error::Arity)?, hex)?;
+    let id = id_arg(words.first().ok_or_else(|| Error::Arity)?, hex)?;
     let lease_ms = if extend {
-        let word = words.get(1).ok_or(Error::Arity)?;
+        let word = words.get(1).ok_or_else(|| Error::Arity)?;
         args::duration(word, "lease_ms", 1, MAX_LEASE_MS)?
     } else {
         0

@@ -179,7 +179,7 @@ impl Rate for SlidingLog {
         let (pairs, opts) = words.split_at(positional);
         if pairs.is_empty() {
             // `RL.SLIDE k abc 1000` or `RL.SLIDE k COST 1`: the limit is what is wrong.
-            let first = opts.first().ok_or(Error::Arity)?;
+            let first = opts.first().ok_or_else(|| Error::Arity)?;
             int(first, "limit", 1, MAX_LIMIT)?;
         }
         if pairs.len() % 2 != 0 {

@@ -95,8 +95,8 @@ macro_rules! kinds {
             )+
 
             static OPS: [Ops; N] = [$($(#[$attr])* storage::ops::<kinds::$module::$state>()),+];
-            static PACKED: [(u8, Option<$crate::core::kind::CheckPacked>); N] =
-                [$($(#[$attr])* storage::packed_check::<kinds::$module::$state>()),+];
+            static IN_FAMILY: [(u8, $crate::core::kind::InFamily); N] =
+                [$($(#[$attr])* storage::in_family::<kinds::$module::$state>()),+];
             static KINDS: [KindEntry; N] = [
                 $($(#[$attr])* KindEntry::of::<kinds::$module::$state>()),+
             ];
@@ -111,7 +111,7 @@ macro_rules! kinds {
             /// Installs the kinds: their storage operations, and the engine's catalog.
             pub fn install() {
                 storage::install(&OPS, storage::tag_kinds(PLACES));
-                $crate::core::kind::install_packed(&PACKED);
+                $crate::core::kind::install_in_family(&IN_FAMILY);
                 $crate::engine::install(&CATALOG);
             }
 

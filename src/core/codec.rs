@@ -103,6 +103,24 @@ pub trait Sink {
     fn full(&self) -> bool;
 }
 
+impl<A: smallvec::Array<Item = u8>> Sink for smallvec::SmallVec<A> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+
+    fn varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        self.push(v as u8);
+    }
+
+    fn full(&self) -> bool {
+        false
+    }
+}
+
 impl Sink for Vec<u8> {
     fn put(&mut self, bytes: &[u8]) {
         self.extend_from_slice(bytes);

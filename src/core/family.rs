@@ -3,7 +3,8 @@
 //! [`MAX_SUBJECT`]), a state of the family's fixed `width` (the policy's limiters' states,
 //! packed by the caller), and the time it is empty again; an open-addressing index finds it.
 //!
-//! Layout: entries packed in one arena, each `len (1 or 2 bytes) subject state empty_at`, the
+//! Layout: entries packed in one arena, each `len (1 or 2 bytes) subject state empty_at` (the
+//! state preceded by its own length as the subject's is, in a family of [`VARIABLE`] width), the
 //! empty time in whole seconds, rounded up (4 bytes: it only says when a sweep may remove the
 //! subject, at most a second late; decisions read the state), and an index of `u32` offsets
 //! (at most 3/4 full, a power of two long, linear probing, tombstones). The arena grows by an
@@ -25,8 +26,14 @@ use super::Instant;
 
 /// The longest subject: a policy's (see `core::policy`).
 pub const MAX_SUBJECT: usize = 1024;
-/// The widest state a subject holds.
+/// The widest state a subject holds in a family of fixed width.
 pub const MAX_WIDTH: usize = 256;
+/// A family's width that says its states are each of their own length (1 to
+/// [`MAX_STATE`] bytes, written after it as a subject's length is): a compact policy with a
+/// `SLIDE` limiter, whose log grows and shrinks.
+pub const VARIABLE: usize = u16::MAX as usize;
+/// The longest state of a family of [`VARIABLE`] width.
+pub const MAX_STATE: usize = 4096;
 /// The most subjects one family holds.
 pub const MAX_SUBJECTS: usize = 1 << 24;
 
@@ -142,7 +149,7 @@ fn hash(subject: &[u8]) -> u64 {
 }
 
 /// The bytes of a subject's length: one below 128, else two.
-fn len_bytes(len: usize) -> usize {
+pub fn len_bytes(len: usize) -> usize {
     if len < 128 {
         1
     } else {
@@ -150,10 +157,30 @@ fn len_bytes(len: usize) -> usize {
     }
 }
 
+/// A length as an entry writes it (a subject's, a variable state's), read at `at`: the
+/// length and the bytes it took.
+#[inline(always)]
+pub fn read_len(arena: &[u8], at: usize) -> Option<(usize, usize)> {
+    let first = usize::from(*arena.get(at)?);
+    match first < 128 {
+        true => Some((first, 1)),
+        false => Some(((first & 0x7f) << 8 | usize::from(*arena.get(at + 1)?), 2)),
+    }
+}
+
+/// Writes a length as an entry keeps it (below 32,768).
+pub fn push_len(arena: &mut impl Extend<u8>, len: usize) {
+    match len < 128 {
+        true => arena.extend([len as u8]),
+        false => arena.extend([0x80 | (len >> 8) as u8, len as u8]),
+    }
+}
+
 impl Family {
-    /// An empty family whose subjects hold states of `width` bytes (at most [`MAX_WIDTH`]).
+    /// An empty family whose subjects hold states of `width` bytes (at most [`MAX_WIDTH`]),
+    /// or each of its own length ([`VARIABLE`]).
     pub fn new(width: usize) -> Option<Family> {
-        (width <= MAX_WIDTH).then(|| Family {
+        (width <= MAX_WIDTH || width == VARIABLE).then(|| Family {
             width: width as u16,
             ..Family::default()
         })
@@ -161,6 +188,38 @@ impl Family {
 
     pub fn width(&self) -> usize {
         usize::from(self.width)
+    }
+
+    /// Whether each state is of its own length.
+    fn variable(&self) -> bool {
+        self.width() == VARIABLE
+    }
+
+    /// Whether `state` is one its entries may hold.
+    fn fits(&self, state: &[u8]) -> bool {
+        match self.variable() {
+            true => (1..=MAX_STATE).contains(&state.len()),
+            false => state.len() == self.width(),
+        }
+    }
+
+    /// The bytes an entry of `subject` and `state` takes in the arena.
+    fn entry_size(&self, subject: &[u8], state: &[u8]) -> usize {
+        let of_state = match self.variable() {
+            true => len_bytes(state.len()),
+            false => 0,
+        };
+        len_bytes(subject.len()) + subject.len() + of_state + state.len() + 4
+    }
+
+    /// Where the state that starts at `at` (its length first, in a variable family) has its
+    /// bytes, and how many.
+    #[inline(always)]
+    fn state_span(&self, at: usize) -> Option<(usize, usize)> {
+        match self.variable() {
+            true => read_len(&self.arena, at).map(|(len, head)| (at + head, len)),
+            false => Some((at, self.width())),
+        }
     }
 
     /// How many subjects it holds.
@@ -174,18 +233,11 @@ impl Family {
 
     /// The entry at arena offset `at` (written by this type: its bounds hold).
     fn entry_at(&self, at: usize) -> Option<(Entry<'_>, usize)> {
-        let first = usize::from(*self.arena.get(at)?);
-        let (len, head) = match first < 128 {
-            true => (first, 1),
-            false => (
-                (first & 0x7f) << 8 | usize::from(*self.arena.get(at + 1)?),
-                2,
-            ),
-        };
+        let (len, head) = read_len(&self.arena, at)?;
         let subject = self.arena.get(at + head..at + head + len)?;
-        let state_at = at + head + len;
-        let state = self.arena.get(state_at..state_at + self.width())?;
-        let time_at = state_at + self.width();
+        let (state_at, width) = self.state_span(at + head + len)?;
+        let state = self.arena.get(state_at..state_at + width)?;
+        let time_at = state_at + width;
         let time: [u8; 4] = self.arena.get(time_at..time_at + 4)?.try_into().ok()?;
         let entry = Entry {
             subject,
@@ -229,14 +281,7 @@ impl Family {
                 slot if slot >> 24 == bits => {
                     // The entry's subject, read as `entry_at` does, compared.
                     let offset = (slot & OFFSET_MASK) as usize - 1;
-                    let first = usize::from(*self.arena.get(offset)?);
-                    let (n, head) = match first < 128 {
-                        true => (first, 1),
-                        false => (
-                            (first & 0x7f) << 8 | usize::from(*self.arena.get(offset + 1)?),
-                            2,
-                        ),
-                    };
+                    let (n, head) = read_len(&self.arena, offset)?;
                     let start = offset + head;
                     if self.arena.get(start..start + n)? == subject {
                         return Some(Place {
@@ -274,8 +319,7 @@ impl Family {
         if !place.found {
             return None;
         }
-        let at = place.state_at;
-        let width = self.width();
+        let (at, width) = self.state_span(place.state_at)?;
         let state = self.arena.get(at..at + width)?;
         let time: [u8; 4] = self
             .arena
@@ -293,8 +337,7 @@ impl Family {
         if !place.found {
             return None;
         }
-        let at = place.state_at;
-        let width = self.width();
+        let (at, width) = self.state_span(place.state_at)?;
         let bytes = self.arena.get_mut(at..at + width + 4)?;
         let (state, time) = bytes.split_at_mut(width);
         Some((state, time.try_into().ok()?))
@@ -330,8 +373,7 @@ impl Family {
         state: &[u8],
         empty_at: Instant,
     ) -> bool {
-        let width = self.width();
-        if subject.is_empty() || subject.len() > MAX_SUBJECT || state.len() != width {
+        if subject.is_empty() || subject.len() > MAX_SUBJECT || !self.fits(state) {
             return false;
         }
         let Place {
@@ -340,23 +382,36 @@ impl Family {
             hash: h,
             ..
         } = place;
+        let size = self.entry_size(subject, state);
         if found {
-            // In place: the same subject, the same width.
             let Some(offset) = self.index.get(slot).copied().and_then(offset_of) else {
                 return false;
             };
-            let at = offset + len_bytes(subject.len()) + subject.len();
-            if let Some(s) = self.arena.get_mut(at..at + width) {
-                s.copy_from_slice(state);
+            let old = match self.entry_at(offset) {
+                Some((_, old)) => old,
+                None => return false,
+            };
+            if old == size {
+                // In place: the same subject, a state of the same length.
+                let Some((at, width)) =
+                    self.state_span(offset + len_bytes(subject.len()) + subject.len())
+                else {
+                    return false;
+                };
+                if let Some(s) = self.arena.get_mut(at..at + width) {
+                    s.copy_from_slice(state);
+                }
+                if let Some(t) = self.arena.get_mut(at + width..at + width + 4) {
+                    t.copy_from_slice(&seconds(empty_at).to_le_bytes());
+                }
+                return true;
             }
-            if let Some(t) = self.arena.get_mut(at + width..at + width + 4) {
-                t.copy_from_slice(&seconds(empty_at).to_le_bytes());
-            }
-            return true;
+            // A state of another length (a variable family): the entry written anew at the
+            // arena's end, its old bytes dead.
+            return self.move_entry(slot, old, subject, state, empty_at, h);
         }
         if self.len() >= MAX_SUBJECTS
-            || self.arena.len() - self.dead_bytes as usize + 2 + subject.len() + width + 4
-                > MAX_ARENA
+            || self.arena.len() - self.dead_bytes as usize + size > MAX_ARENA
         {
             return false;
         }
@@ -364,7 +419,7 @@ impl Family {
         // without its dead bytes when it would pass its bound.
         let mut slot = slot;
         let crowded = (self.len() + self.gone as usize + 1) * 10 > self.index.len() * 8;
-        if self.arena.len() + 2 + subject.len() + width + 4 > MAX_ARENA {
+        if self.arena.len() + size > MAX_ARENA {
             self.rebuild(index_size(self.len() + 1));
             match self.find_hashed(subject, h) {
                 Some((at, false)) => slot = at,
@@ -389,9 +444,45 @@ impl Family {
         true
     }
 
+    /// Writes the entry at `slot` (of `old` bytes) anew at the arena's end with `state`
+    /// (of another length): `false`, and nothing changed, past the arena's bound.
+    fn move_entry(
+        &mut self,
+        slot: usize,
+        old: usize,
+        subject: &[u8],
+        state: &[u8],
+        empty_at: Instant,
+        h: u64,
+    ) -> bool {
+        let size = self.entry_size(subject, state);
+        if self.arena.len() - self.dead_bytes as usize - old + size > MAX_ARENA {
+            return false;
+        }
+        let mut slot = slot;
+        if self.arena.len() + size > MAX_ARENA {
+            // Room made first: the arena without its dead bytes (the index as long). At the
+            // bound itself (the old entry and the new one both held), refused.
+            self.rebuild(self.index.len());
+            match self.find_hashed(subject, h) {
+                Some((at, true)) if self.arena.len() + size <= MAX_ARENA => slot = at,
+                _ => return false,
+            }
+        }
+        let offset = self.arena.len();
+        self.append(subject, state, empty_at);
+        if let Some(s) = self.index.get_mut(slot) {
+            *s = slot_of(offset, h);
+        }
+        self.dead_bytes += old as u32;
+        if self.dead_bytes as usize * 2 > self.arena.len() {
+            self.rebuild(self.index.len());
+        }
+        true
+    }
+
     fn append(&mut self, subject: &[u8], state: &[u8], empty_at: Instant) {
-        let len = subject.len();
-        let need = 2 + len + state.len() + 4;
+        let need = self.entry_size(subject, state);
         if self.arena.capacity() - self.arena.len() < need {
             // A sixteenth more, and what the allocation's size class holds beyond.
             let at_least = self.arena.len() + need + self.arena.len() / 16;
@@ -399,13 +490,11 @@ impl Family {
             self.arena
                 .reserve_exact(class.max(at_least) - self.arena.len());
         }
-        if len < 128 {
-            self.arena.push(len as u8);
-        } else {
-            self.arena.push(0x80 | (len >> 8) as u8);
-            self.arena.push(len as u8);
-        }
+        push_len(&mut self.arena, subject.len());
         self.arena.extend_from_slice(subject);
+        if self.variable() {
+            push_len(&mut self.arena, state.len());
+        }
         self.arena.extend_from_slice(state);
         self.arena
             .extend_from_slice(&seconds(empty_at).to_le_bytes());
@@ -491,7 +580,7 @@ impl Family {
             return false;
         };
         let offset = self.arena.len();
-        if offset + 2 + e.subject.len() + e.state.len() + 4 > MAX_ARENA {
+        if !self.fits(e.state) || offset + self.entry_size(e.subject, e.state) > MAX_ARENA {
             return false;
         }
         self.append(e.subject, e.state, e.empty_at);
@@ -594,14 +683,19 @@ impl Family {
         class(self.index.len() * 4) + class(self.arena.capacity())
     }
 
-    /// The canonical encoding: `width count (len subject state empty_at)*`, subjects in the
-    /// order of their hashes (then of their bytes), `empty_at` in seconds.
+    /// The canonical encoding: `width count (len subject state empty_at)*` (each state after
+    /// its length in a family of [`VARIABLE`] width), subjects in the order of their hashes
+    /// (then of their bytes), `empty_at` in seconds.
     pub fn encode<S: Sink>(&self, out: &mut S) {
         out.varint(u64::from(self.width));
         out.varint(u64::from(self.live));
+        let variable = self.variable();
         for e in self.entries_sorted() {
             out.varint(e.subject.len() as u64);
             out.put(e.subject);
+            if variable {
+                out.varint(e.state.len() as u64);
+            }
             out.put(e.state);
             out.varint(e.empty_at.ms() / 1000);
         }
@@ -612,7 +706,8 @@ impl Family {
     pub fn decode(r: &mut Reader<'_>) -> Result<Family, Malformed> {
         let width = usize::try_from(r.varint()?).map_err(|_| Malformed("a width too wide"))?;
         let mut f = Family::new(width).ok_or(Malformed("a width too wide"))?;
-        let count = r.count(1 + width + 1)?;
+        let variable = f.variable();
+        let count = r.count(1 + if variable { 2 } else { width } + 1)?;
         if count > MAX_SUBJECTS {
             return Err(Malformed("too many subjects"));
         }
@@ -629,7 +724,16 @@ impl Family {
                 return Err(Malformed("subjects out of order, or twice"));
             }
             last = Some((h, subject));
-            let state = r.bytes(width)?;
+            let state = match variable {
+                true => {
+                    let len = r.varint()?;
+                    if !(1..=MAX_STATE as u64).contains(&len) {
+                        return Err(Malformed("a state of no or too many bytes"));
+                    }
+                    r.bytes(len as usize)?
+                }
+                false => r.bytes(width)?,
+            };
             let secs = u32::try_from(r.varint()?).map_err(|_| Malformed("a time past 2106"))?;
             let at = Instant::from_ms(u64::from(secs) * 1000);
             let entry = Entry {
@@ -726,6 +830,57 @@ mod tests {
             let mut again = Vec::new();
             back.unwrap().encode(&mut again);
             prop_assert_eq!(again, out);
+        }
+    }
+
+    proptest! {
+        /// The same of a family whose states are each of their own length: a state of
+        /// another length moves its entry to the arena's end (its old bytes dead until a
+        /// rebuild), and reads back as the map holds it.
+        #[test]
+        fn a_variable_family_holds_what_a_map_holds(ops in prop::collection::vec(op(), 1..600)) {
+            let mut f = Family::new(VARIABLE).unwrap();
+            let mut model: BTreeMap<Vec<u8>, (Vec<u8>, Instant)> = BTreeMap::new();
+            for op in ops {
+                match op {
+                    Op::Put(s, v, t) => {
+                        let len = match v % 16 { 0 => 130 + usize::from(v), n => usize::from(n) };
+                        let (s, state, at) = (subject(s), vec![v; len], T0 + u64::from(t));
+                        prop_assert!(f.put(&s, &state, at));
+                        let kept = Instant::from_ms(at.ms().div_ceil(1000) * 1000);
+                        model.insert(s, (state, kept));
+                    }
+                    Op::Remove(s) => {
+                        let s = subject(s);
+                        prop_assert_eq!(f.remove(&s), model.remove(&s).is_some());
+                    }
+                    Op::Sweep(t, budget) => {
+                        let removed = f.sweep(T0 + u64::from(t), usize::from(budget));
+                        let gone: Vec<Vec<u8>> =
+                            model.keys().filter(|s| f.get(s).is_none()).cloned().collect();
+                        prop_assert_eq!(gone.len(), removed);
+                        for s in gone {
+                            model.remove(&s);
+                        }
+                    }
+                }
+                prop_assert_eq!(f.len(), model.len());
+                // Dead bytes never pass half of the arena.
+                prop_assert!(f.dead_bytes as usize * 2 <= f.arena.len());
+            }
+            for (s, (state, at)) in &model {
+                let e = f.get(s);
+                prop_assert_eq!(e.map(|e| (e.state, e.empty_at)), Some((&state[..], *at)));
+                let place = f.locate(s);
+                prop_assert_eq!(f.state_at_place(place), Some((&state[..], *at)));
+            }
+            let mut out = Vec::new();
+            f.encode(&mut out);
+            let back = Family::decode(&mut Reader::new(&out));
+            prop_assert_eq!(back.as_ref(), Ok(&f));
+            // No state of no bytes, nor one too long.
+            prop_assert!(!f.put(b"x", &[], T0));
+            prop_assert!(!f.put(b"x", &vec![0; MAX_STATE + 1], T0));
         }
     }
 

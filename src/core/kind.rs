@@ -77,6 +77,9 @@ pub trait Kind: Encoding + Clone + Debug + 'static {
     const CODE: u8;
     /// How a key keeps the state.
     const FORM: Form;
+    /// Whether a compact policy's family holds its states in their own encoding (a state
+    /// whose length varies, as a sliding log's), when they have no compact form.
+    const IN_FAMILY_ENCODED: bool = false;
 
     /// The latest time the state has seen (a change propagates at this time).
     fn latest_time(&self) -> Instant;
@@ -122,6 +125,7 @@ impl<K: Rate> Kind for K {
     const COMMAND: &'static str = <K as Rate>::COMMAND;
     const CODE: u8 = <K as Rate>::CODE;
     const FORM: Form = <K as Rate>::FORM;
+    const IN_FAMILY_ENCODED: bool = <K as Rate>::IN_FAMILY_ENCODED;
 
     #[inline(always)]
     fn latest_time(&self) -> Instant {
@@ -202,22 +206,44 @@ pub trait Compact: Kind {
 /// and tail), is one its kind could hold: checked by the kind's own validating constructor.
 pub type CheckPacked = fn(Params2, Instant, u64) -> bool;
 
-static PACKED: std::sync::OnceLock<&'static [(u8, Option<CheckPacked>)]> =
-    std::sync::OnceLock::new();
+/// Whether a state in its kind's own encoding (its version byte first), as a family holds
+/// it, is one its kind could hold: read back by the kind's validating constructor.
+pub type CheckEncoded = fn(&[u8]) -> bool;
 
-/// Installs each kind's [`CheckPacked`] by its code (`None`: a kind a family cannot hold),
-/// at load (the registry does).
-pub fn install_packed(checks: &'static [(u8, Option<CheckPacked>)]) {
-    let _ = PACKED.set(checks);
+/// How a compact policy's family holds a kind's states (issue 30), and how a state it
+/// holds is checked.
+#[derive(Clone, Copy, Debug)]
+pub enum InFamily {
+    /// Not at all: a compact policy takes no limiter of the kind.
+    No,
+    /// Packed ([`Kind::FORM`] compact): its parameters (in the family's parameter set),
+    /// latest time and tail.
+    Packed(CheckPacked),
+    /// In its own encoding ([`Kind::IN_FAMILY_ENCODED`]): a `SLIDE` log.
+    Encoded(CheckEncoded),
 }
 
-/// The check of the kind of code `code`, if a family can hold its states.
+static IN_FAMILY: std::sync::OnceLock<&'static [(u8, InFamily)]> = std::sync::OnceLock::new();
+
+/// Installs how a family holds each kind, by its code, at load (the registry does).
+pub fn install_in_family(forms: &'static [(u8, InFamily)]) {
+    let _ = IN_FAMILY.set(forms);
+}
+
+/// How a family holds the states of the kind of code `code`.
+pub fn in_family(code: u8) -> InFamily {
+    IN_FAMILY
+        .get()
+        .and_then(|forms| forms.iter().find(|(c, _)| *c == code))
+        .map_or(InFamily::No, |(_, form)| *form)
+}
+
+/// The check of the kind of code `code`, if a family holds its states packed.
 pub fn packed_check(code: u8) -> Option<CheckPacked> {
-    PACKED
-        .get()?
-        .iter()
-        .find(|(c, _)| *c == code)
-        .and_then(|(_, check)| *check)
+    match in_family(code) {
+        InFamily::Packed(check) => Some(check),
+        _ => None,
+    }
 }
 
 /// How a command is run.
@@ -438,6 +464,12 @@ pub trait Command: 'static {
     fn in_policy(_call: &Self::Call<'_>) -> Result<(), Error> {
         Ok(())
     }
+
+    /// An error for a call a compact policy's family may not hold, of a kind it holds in
+    /// its own encoding (a log too long for an entry).
+    fn in_compact(_call: &Self::Call<'_>) -> Result<(), Error> {
+        Ok(())
+    }
 }
 
 /// A rate limiter: its algorithm ([`Limit`]) and encoding ([`Encoding`]), its one command's
@@ -451,6 +483,8 @@ pub trait Rate: Limit + Encoding + Clone + Debug + 'static {
     const CODE: u8;
     /// How a key keeps the state ([`Kind::FORM`]).
     const FORM: Form;
+    /// [`Kind::IN_FAMILY_ENCODED`].
+    const IN_FAMILY_ENCODED: bool = false;
     /// Its command's metadata and counters (its `COMMAND DOCS` arguments come from
     /// [`Rate::GRAMMAR`]).
     const INFO: &'static Info;
@@ -464,6 +498,11 @@ pub trait Rate: Limit + Encoding + Clone + Debug + 'static {
 
     /// The parameters as a call holds them (sized: a sliding log's windows on the stack).
     type Args: Copy + Debug + PartialEq;
+
+    /// [`Command::in_compact`] of its parameters.
+    fn in_compact(_args: &Self::Args) -> Result<(), Error> {
+        Ok(())
+    }
 
     /// The algorithm's view of them.
     fn params(args: &Self::Args) -> &Self::Params;

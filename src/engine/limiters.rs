@@ -10,14 +10,14 @@ use smallvec::SmallVec;
 
 use super::call::Storable;
 use super::combine::{combine, refusing};
-use super::slot::PackedSlot;
+use super::slot::{self, PackedSlot};
 use super::{catalog, replicate_expiry, settle};
 use crate::core::args::Grammar;
 use crate::core::effect::{Compact, Line};
 use crate::core::error::Error;
 use crate::core::kind::{Change, Clock, Command, Form, Kind, Mode, Reply};
 use crate::core::{Decision, Duration, Instant, Wait};
-use crate::kinds::family::Packed;
+use crate::kinds::family::Held;
 use crate::rm::api::{self, Arg, ALL_INLINE};
 use crate::rm::arena::Arena;
 use crate::rm::key::Key;
@@ -77,11 +77,13 @@ pub trait Prepared: Send + Sync {
     /// Its kind's code (`Kind::CODE`), what a family's layout names it by.
     fn code(&self) -> u8;
 
-    /// Whether a compact policy's family can hold its states (a kind of the compact form).
-    fn packs(&self) -> bool;
+    /// Whether a compact policy's family can hold its states (a kind of the compact form,
+    /// or one held in its own encoding: `core::kind::InFamily`): an error naming what it
+    /// cannot hold.
+    fn in_family(&self) -> Result<(), Error>;
 
     /// `RL.PEEK`'s answer for its state as a family holds it, at `now`.
-    fn peek_packed(&self, state: Packed, now: Instant) -> Option<Decision>;
+    fn peek_packed(&self, state: &Held, now: Instant) -> Option<Decision>;
 
     /// Whether [`Prepared::alone_packed`] runs it (its command answers as `RL.ALL` does).
     fn runs_alone(&self) -> bool;
@@ -90,7 +92,7 @@ pub trait Prepared: Send + Sync {
     /// state it leaves, and what it recorded. `None` for a command that answers otherwise.
     fn alone_packed(
         &self,
-        state: Option<Packed>,
+        state: Option<Held>,
         cost: u64,
         clock: Clock,
     ) -> Option<Result<AloneRan, Error>>;
@@ -163,8 +165,14 @@ where
         <C::Kind as Kind>::CODE
     }
 
-    fn packs(&self) -> bool {
-        matches!(<C::Kind as Kind>::FORM, Form::Compact)
+    fn in_family(&self) -> Result<(), Error> {
+        match (<C::Kind as Kind>::FORM, <C::Kind as Kind>::IN_FAMILY_ENCODED) {
+            (Form::Compact, _) => Ok(()),
+            (_, true) => C::in_compact(&self.call),
+            _ => Err(Error::Invalid(
+                "a compact policy holds TOKEN, LEAKY, FIXED, THROTTLE and SLIDE limiters (a keyed policy holds any)",
+            )),
+        }
     }
 
     fn runs_alone(&self) -> bool {
@@ -173,7 +181,7 @@ where
 
     fn alone_packed(
         &self,
-        state: Option<Packed>,
+        state: Option<Held>,
         cost: u64,
         clock: Clock,
     ) -> Option<Result<AloneRan, Error>> {
@@ -182,11 +190,10 @@ where
         }
         let call = self.call_for(cost);
         let run = || -> Result<AloneRan, Error> {
-            let mut held = match state {
-                Some((p, latest, tail)) => Some(
-                    <C::Kind as crate::rm::storage::MaybeCompact>::unpack(p, latest, tail)
-                        .ok_or_else(|| Error::Internal("RL.HIT"))?,
-                ),
+            let mut held = match &state {
+                Some(h) => {
+                    Some(slot::state_of::<C::Kind>(h).ok_or_else(|| Error::Internal("RL.HIT"))?)
+                }
                 None => None,
             };
             let ran = C::run(held.as_mut(), &call, clock, Mode::Decide)?;
@@ -212,8 +219,8 @@ where
         Some(run())
     }
 
-    fn peek_packed(&self, (params, latest, tail): Packed, now: Instant) -> Option<Decision> {
-        let state = <C::Kind as crate::rm::storage::MaybeCompact>::unpack(params, latest, tail)?;
+    fn peek_packed(&self, held: &Held, now: Instant) -> Option<Decision> {
+        let state = slot::state_of::<C::Kind>(held)?;
         let behind = state.latest_time().since(now);
         Some(
             state

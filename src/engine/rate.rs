@@ -50,6 +50,10 @@ impl<K: Rate> Command for RateCommand<K> {
         K::fixes_cost(words)
     }
 
+    fn in_compact(call: &RateCall<K::Args>) -> Result<(), Error> {
+        K::in_compact(&call.params)
+    }
+
     fn doc_args() -> Vec<crate::core::meta::Arg> {
         K::GRAMMAR.doc_args()
     }

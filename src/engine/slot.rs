@@ -1,15 +1,48 @@
 //! Where a limiter's state is, for `limiters::decide` ([`Slot`]): a server's key ([`Key`]),
 //! a test's store, or a subject's entry in a compact policy's family ([`PackedSlot`],
-//! `kinds::family`), which unpacks the state (its parameters, latest time and tail) into
-//! the limiter's kind when asked and packs it back when it changed, so that a compact
-//! policy decides as a keyed one does, by the same code.
+//! `kinds::family`), which unpacks the state (its parameters, latest time and tail; or its
+//! kind's own encoding, for a `SLIDE` log) into the limiter's kind when asked and packs it
+//! back when it changed, so that a compact policy decides as a keyed one does, by the same
+//! code.
 
 use std::ops::{Deref, DerefMut};
 
 use super::call::Storable;
+use crate::core::codec::Reader;
 use crate::core::error::Error;
-use crate::kinds::family::Packed;
+use crate::core::kind::Form;
+use crate::kinds::family::{Held, Log, MAX_LOG};
 use crate::rm::key::Key;
+
+/// A state as a family holds it: packed for a kind of the compact form, else in its own
+/// encoding (its version byte first); `None` past what a family holds (a time past 2^48
+/// ms, a log past [`MAX_LOG`]).
+pub fn held_of<K: Storable>(state: &K) -> Option<Held> {
+    match K::FORM {
+        Form::Compact => state.pack().map(Held::Packed),
+        _ => {
+            let mut log = Log::new();
+            log.push(K::VERSION);
+            state.encode(&mut log);
+            (log.len() <= MAX_LOG).then_some(Held::Encoded(log))
+        }
+    }
+}
+
+/// The state of kind `K` a family holds as `held`; `None` for one of another form, or an
+/// encoding its kind does not read whole.
+pub fn state_of<K: Storable>(held: &Held) -> Option<K> {
+    match held {
+        Held::Packed((params, latest, tail)) => K::unpack(*params, *latest, *tail),
+        Held::Encoded(log) => {
+            let (&version, rest) = log.split_first()?;
+            let mut r = Reader::new(rest);
+            let state = K::decode(version, &mut r).ok()?;
+            r.finish().ok()?;
+            Some(state)
+        }
+    }
+}
 
 /// Where a limiter's state is: a key, for the server ([`Key`]), or a test's store. The
 /// decision (`limiters::decide`) works on any.
@@ -40,9 +73,9 @@ impl Slot for Key<'_> {
 }
 
 /// One limiter's state in a subject's entry, as read and as the call leaves it.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct PackedSlot {
-    pub state: Option<Packed>,
+    pub state: Option<Held>,
     /// Whether the call stored or changed it.
     pub changed: bool,
     /// A changed state did not pack (not reached for the kinds a family holds).
@@ -50,7 +83,7 @@ pub struct PackedSlot {
 }
 
 impl PackedSlot {
-    pub fn new(state: Option<Packed>) -> PackedSlot {
+    pub fn new(state: Option<Held>) -> PackedSlot {
         PackedSlot {
             state,
             changed: false,
@@ -60,10 +93,10 @@ impl PackedSlot {
 
     /// Packs `state` into the slot (changed when it differs).
     pub fn store<K: Storable>(&mut self, state: &K) {
-        match state.pack() {
-            Some(p) => {
-                if self.state != Some(p) {
-                    self.state = Some(p);
+        match held_of(state) {
+            Some(h) => {
+                if self.state.as_ref() != Some(&h) {
+                    self.state = Some(h);
                     self.changed = true;
                 }
             }
@@ -109,10 +142,10 @@ impl Slot for PackedSlot {
         Self: 's;
 
     fn state<K: Storable>(&mut self) -> Result<Option<Unpacked<'_, K>>, Error> {
-        let Some((params, latest, tail)) = self.state else {
+        let Some(held) = &self.state else {
             return Ok(None);
         };
-        let state = K::unpack(params, latest, tail).ok_or_else(|| Error::Internal("RL.HIT"))?;
+        let state = state_of::<K>(held).ok_or_else(|| Error::Internal("RL.HIT"))?;
         Ok(Some(Unpacked {
             state,
             slot: self,

@@ -13,7 +13,7 @@ use redis::{Connection, Value};
 use rstest::rstest;
 
 /// Limiters both forms take, with the parameters a change moves between.
-const LIMITERS: [&str; 8] = [
+const LIMITERS: [&str; 10] = [
     "a TOKEN 3 1000",
     "a TOKEN 5 2000 BURST 2",
     "b LEAKY 2 1000 MAXDELAY 500",
@@ -22,6 +22,8 @@ const LIMITERS: [&str; 8] = [
     "c FIXED 2 700 ALIGN",
     "d THROTTLE 2 3 1",
     "d THROTTLE 4 2 1",
+    "e SLIDE 4 1000",
+    "e SLIDE 3 800 6 3000",
 ];
 
 /// A definition of some of [`LIMITERS`] (each name at most once), picked by `rng`: the
@@ -43,7 +45,7 @@ fn definition_of(rng: &mut Rng, names: u64) -> String {
 
 /// A definition of any of [`LIMITERS`] (one at least).
 fn definition(rng: &mut Rng) -> String {
-    let names = 1 + rng.below(15);
+    let names = 1 + rng.below(31);
     definition_of(rng, names)
 }
 
@@ -68,7 +70,12 @@ fn compact_and_keyed_policies_answer_alike(server: Server) {
         // The same limiters throughout, their numbers changing (a limiter removed from a
         // compact policy forgets its states, where a keyed one's keys stay until they
         // expire: see docs/commands.md).
-        let names = 1 + rng.below(15);
+        // Seed 5 with a SLIDE limiter among others, seed 6 a SLIDE limiter alone.
+        let names = match seed {
+            5 => (1 + rng.below(31)) | 16,
+            6 => 16,
+            _ => 1 + rng.below(31),
+        };
         set_both(&mut c, &definition_of(&mut rng, names));
         let mut now = unix_ms() + seed * 10_000_000;
         for step in 0..600 {
@@ -130,7 +137,7 @@ fn compact_and_keyed_policies_answer_alike_at_the_end_of_time(server: Server) {
     set_both(
         &mut c,
         "a TOKEN 1 2678400000 BURST 1 SHADOW b LEAKY 1 2678400000 BURST 2147483647 \
-         c FIXED 2147483647 2678400000 d THROTTLE 1000000 1 86400",
+         c FIXED 2147483647 2678400000 d THROTTLE 1000000 1 86400 e SLIDE 3 2678400000",
     );
     let mut rng = Rng::new(7);
     let mut now = MAX_TIMESTAMP - 40 * DAY;
@@ -180,19 +187,25 @@ fn the_storage_of_a_policy_does_not_change_under_its_name(server: Server) {
     );
     line(&mut c, "RL.POLICY DEL p").unwrap();
     ok(&mut c, "RL.POLICY SET p COMPACT per TOKEN 5 1000");
-    // Kinds whose state a family cannot hold are refused, naming the limiter.
-    for def in [
-        "log SLIDE 5 1000",
-        "w SUBWIN 5 1000 100",
-        "l ACQUIRE 5 1000",
+    // Kinds whose state a family cannot hold are refused, naming the limiter; a SLIDE
+    // limiter counting more than a family's entry keeps too.
+    for (def, why) in [
+        ("w SUBWIN 5 1000 100", "a compact policy holds TOKEN"),
+        ("l ACQUIRE 5 1000", "a compact policy holds TOKEN"),
+        ("log SLIDE 101 1000", "counts at most 100 requests a window"),
+        (
+            "log SLIDE 5 1000 101 60000",
+            "counts at most 100 requests a window",
+        ),
     ] {
         let words: Vec<&str> = ["RL.POLICY", "SET", "r", "COMPACT"]
             .into_iter()
             .chain(def.split(' '))
             .collect();
         let e = err(&mut c, &words);
-        assert!(e.contains("a compact policy holds TOKEN"), "{def}: {e}");
+        assert!(e.contains(why) && e.contains("limiter '"), "{def}: {e}");
     }
+    ok(&mut c, "RL.POLICY SET r COMPACT log SLIDE 100 1000 5 10");
     // COMPACT is a word of the grammar (no limiter takes it as its name), once.
     let e = err(
         &mut c,
@@ -332,7 +345,7 @@ fn families_replicate_and_persist_as_they_are(server: Server) {
     let mut c = server.conn();
     ok(
         &mut c,
-        "RL.POLICY SET c COMPACT a TOKEN 3 1000 b FIXED 5 60000",
+        "RL.POLICY SET c COMPACT a TOKEN 3 1000 b FIXED 5 60000 e SLIDE 4 1000",
     );
     let replica = server.replica();
     let mut r = replica.conn();
@@ -359,7 +372,7 @@ fn families_come_back_from_the_aof_and_its_rewrite() {
     let mut c = server.conn();
     ok(
         &mut c,
-        "RL.POLICY SET c COMPACT a TOKEN 3 1000 b FIXED 5 600000",
+        "RL.POLICY SET c COMPACT a TOKEN 3 1000 b FIXED 5 600000 e SLIDE 4 1000",
     );
     workload(&mut c, 9, 600);
     // The effects, then the rewrite (its RDB preamble) and effects after it.
@@ -382,7 +395,7 @@ fn families_travel_by_dump_restore_and_migrate(server: Server) {
     let mut c = server.conn();
     ok(
         &mut c,
-        "RL.POLICY SET c COMPACT a TOKEN 3 1000 d THROTTLE 2 3 1",
+        "RL.POLICY SET c COMPACT a TOKEN 3 1000 d THROTTLE 2 3 1 e SLIDE 4 1000",
     );
     workload(&mut c, 3, 600);
     let keys: Vec<String> = redis::from_redis_value(&line(&mut c, "KEYS c|~|*").unwrap()).unwrap();
@@ -391,7 +404,7 @@ fn families_travel_by_dump_restore_and_migrate(server: Server) {
     let mut o = other.conn();
     ok(
         &mut o,
-        "RL.POLICY SET c COMPACT a TOKEN 3 1000 d THROTTLE 2 3 1",
+        "RL.POLICY SET c COMPACT a TOKEN 3 1000 d THROTTLE 2 3 1 e SLIDE 4 1000",
     );
     for k in &keys {
         let before = crate::common::digest(&mut c, k);

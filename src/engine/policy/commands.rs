@@ -287,10 +287,11 @@ impl Handler for Subject {
         let mut out = Vec::with_capacity(members.len());
         match &p.layout {
             Some(layout) => {
-                let mut states = [None; crate::kinds::family::MAX_LIMITERS];
+                let mut states: [Option<crate::kinds::family::Held>;
+                    crate::kinds::family::MAX_LIMITERS] = Default::default();
                 super::compact::read(ctx, name, layout, subject, &mut states)?;
                 for (m, st) in members.iter().zip(states) {
-                    let d = st.and_then(|st| m.prepared.peek_packed(st, clock.caller));
+                    let d = st.and_then(|st| m.prepared.peek_packed(&st, clock.caller));
                     out.push(RedisValue::Array(vec![
                         RedisValue::StringBuffer(m.name.to_vec()),
                         decision(d),

@@ -27,7 +27,7 @@ use crate::core::{Duration, Instant};
 use crate::engine::limiters::{self as all, Frames, OnEntry, Outcome, Shadow};
 use crate::engine::settle;
 use crate::engine::slot::PackedSlot;
-use crate::kinds::family::{self, EffectWriter, FamilyEffect, Packed, Refused, Subjects};
+use crate::kinds::family::{self, EffectWriter, FamilyEffect, Held, Refused, Subjects};
 use crate::rm::api::{self, OwnedString, ALL_INLINE};
 use crate::rm::key::Key;
 
@@ -199,9 +199,10 @@ fn decide_alone(
             let place = s.locate(subject);
             let mut one = [None];
             let held_until = s.read_at(place, &mut one);
+            let [state] = one;
             let ran = m
                 .prepared
-                .alone_packed(one[0], cost, clock)
+                .alone_packed(state, cost, clock)
                 .ok_or_else(|| Error::Internal("RL.HIT"))?
                 .map_err(|e| named(policy, members, subject, 0, e))?;
             if ran.slot.unfit {
@@ -236,7 +237,7 @@ fn decide(
     effect: &mut EffectWriter,
 ) -> Result<Ran, Error> {
     let ops = effect.len();
-    let mut states: SmallVec<[Option<Packed>; 4]> = smallvec::smallvec![None; members.len()];
+    let mut states: SmallVec<[Option<Held>; 4]> = smallvec::smallvec![None; members.len()];
     let mut fresh: Option<Subjects> = None;
     let (decided, before, expires, changed) = {
         let mut held = key.state::<Subjects>()?;
@@ -247,8 +248,8 @@ fn decide(
             let held_until = s.read_at(place, &mut states);
             let now = clock.caller;
             let mut slots: SmallVec<[PackedSlot; 4]> = SmallVec::new();
-            for st in states.iter().take(members.len()) {
-                slots.push(PackedSlot::new(*st));
+            for st in states.iter_mut().take(members.len()) {
+                slots.push(PackedSlot::new(st.take()));
             }
             let outcome = decide_all(members, &mut slots, cost, now, shadow)
                 .map_err(|(i, e)| named(policy, members, subject, i, e))?;
@@ -262,7 +263,8 @@ fn decide(
                     .flatten()
                     .map(|c| (c.latest, c.empty_at));
                 let empty = empty_time(held_until, recorded, clock);
-                let packed: SmallVec<[Option<Packed>; 4]> = slots.iter().map(|s| s.state).collect();
+                let packed: SmallVec<[Option<Held>; 4]> =
+                    slots.iter_mut().map(|s| s.state.take()).collect();
                 record(s, place, subject, &packed, empty, effect)?;
                 changed = true;
             }
@@ -302,24 +304,29 @@ fn record(
     s: &mut Subjects,
     place: Place,
     subject: &[u8],
-    packed: &[Option<Packed>],
+    packed: &[Option<Held>],
     empty: Instant,
     effect: &mut EffectWriter,
 ) -> Result<(), Error> {
     if let Some((entry, kept)) = s.update(place, packed, empty) {
-        effect.put_entry(subject, kept, entry, None);
+        effect.put_entry(subject, kept, (entry, false), None);
         return Ok(());
     }
     let params: SmallVec<[Params2; 4]> = packed
         .iter()
-        .map(|s| s.map_or(Params2::default(), |p| p.0))
+        .map(|s| s.as_ref().map_or(Params2::default(), Held::params))
         .collect();
     let set = s.set_for(&params).map_err(Refused::error)?;
     let put = s
         .put_at(place, subject, set, packed, empty)
         .map_err(Refused::error)?;
     let new_set = put.new_set.then_some(&params[..]);
-    effect.put_entry(subject, put.empty_at, put.as_bytes(), new_set);
+    effect.put_entry(
+        subject,
+        put.empty_at,
+        (put.as_bytes(), s.variable()),
+        new_set,
+    );
     Ok(())
 }
 
@@ -371,7 +378,7 @@ pub fn read(
     policy: &[u8],
     layout: &family::Layout,
     subject: &[u8],
-    out: &mut [Option<Packed>],
+    out: &mut [Option<Held>],
 ) -> Result<Option<Instant>, Error> {
     let name = family_name(ctx, policy, subject, def::hash_tag(subject).is_some())?;
     let mut key = Key::open(ctx, name.arg(), false);
@@ -383,7 +390,7 @@ pub fn read(
     }
     // Written under other limiters: read as the next hit will (those of the same kind and
     // name kept).
-    let mut old = [None; family::MAX_LIMITERS];
+    let mut old: [Option<Held>; family::MAX_LIMITERS] = Default::default();
     let Some(at) = s.read(subject, &mut old) else {
         return Ok(None);
     };
@@ -392,7 +399,7 @@ pub fn read(
             .layout()
             .iter()
             .position(|x| x == l)
-            .and_then(|i| old.get(i).copied().flatten());
+            .and_then(|i| old.get_mut(i).and_then(Option::take));
     }
     Ok(Some(at))
 }

@@ -385,13 +385,10 @@ fn define(words: &[&[u8]], strict: bool) -> Result<Definition, Error> {
         return Err(Error::Arity);
     }
     if compact {
-        if let Some(m) = members.iter().find(|m| !m.prepared.packs()) {
-            return Err(Error::for_limiter(
-                &m.name,
-                Error::Invalid(
-                    "a compact policy holds TOKEN, LEAKY, FIXED and THROTTLE limiters (a keyed policy holds any)",
-                ),
-            ));
+        for m in &members {
+            m.prepared
+                .in_family()
+                .map_err(|e| Error::for_limiter(&m.name, e))?;
         }
     }
     Ok(Definition {

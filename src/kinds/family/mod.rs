@@ -9,7 +9,11 @@
 //! parameters, so that each subject's entry names its set in a byte, and the parameters a
 //! keyed state would hold are the set's. An entry is `set [mask] state*`: `mask` (two
 //! bytes, for a layout of more than one limiter) the limiters that hold a state, each state
-//! 14 bytes (`latest` in 6, `tail` in 8), zeros for one that holds none.
+//! 14 bytes (`latest` in 6, `tail` in 8), zeros for one that holds none; or, for a kind
+//! without the compact form that a family holds in its own encoding (a `SLIDE` log:
+//! `core::kind::InFamily::Encoded`), its length (one or two bytes) and its encoding (its
+//! version byte first), nothing for one that holds none. A layout with such a limiter makes
+//! entries of their own lengths (`core::family::VARIABLE`).
 //!
 //! Its command, `RL.FAMILY`, is the effect of what `RL.HIT` and `RL.POLICY FORGET` decided
 //! on a family (what replicas and the AOF apply, in `RL.APPLY`, never decided again): a
@@ -24,8 +28,10 @@ use std::borrow::Cow;
 use crate::core::codec::{Malformed, Reader, Sink};
 use crate::core::effect::Out;
 use crate::core::error::Error;
-use crate::core::family::{Entry, Family, Place};
-use crate::core::kind::{self, Clock, Command, Encoding, Form, Kind, Mode, Params2, Ran, Reply};
+use crate::core::family::{self as core_family, Entry, Family, Place};
+use crate::core::kind::{
+    self, Clock, Command, Encoding, Form, InFamily, Kind, Mode, Params2, Ran, Reply,
+};
 use crate::core::meta::{self, arg, ArgKind, Info, Keys, Stats};
 use crate::core::{Decision, Duration, Instant, Wait, MAX_TIMESTAMP};
 
@@ -53,6 +59,127 @@ const STATE: usize = 14;
 /// One limiter's state as a family holds it: the parameters it was recorded under, its
 /// latest time and its tail (`core::kind::Compact`'s).
 pub type Packed = (Params2, Instant, u64);
+
+/// The most bytes of a state a family holds in its kind's own encoding (a `SLIDE` log, its
+/// version byte included).
+pub const MAX_LOG: usize = 1024;
+
+/// A state in its kind's own encoding, its version byte first (a `SLIDE` log): inline up to
+/// 24 bytes, a log of a request or two.
+pub type Log = smallvec::SmallVec<[u8; 24]>;
+
+/// One limiter's state as a family holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Held {
+    /// A kind of the compact form's.
+    Packed(Packed),
+    /// Another kind's, in its own encoding ([`Log`]).
+    Encoded(Log),
+}
+
+impl Held {
+    /// The parameters an entry's set keeps for it: a packed state's; none for an encoded
+    /// one, which holds its own.
+    pub fn params(&self) -> Params2 {
+        match self {
+            Held::Packed((p, _, _)) => *p,
+            Held::Encoded(_) => Params2::default(),
+        }
+    }
+}
+
+/// What reading an entry needs of a layout: its limiters, and those whose states are in
+/// their own encoding (a bit each).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Shape {
+    n: u8,
+    encoded: u16,
+}
+
+impl Shape {
+    pub fn of(layout: &[Limiter]) -> Shape {
+        let encoded = layout.iter().enumerate().fold(0u16, |m, (i, l)| {
+            match kind::in_family(l.code) {
+                InFamily::Encoded(_) => m | 1 << i,
+                _ => m,
+            }
+        });
+        Shape {
+            n: layout.len().min(MAX_LIMITERS) as u8,
+            encoded,
+        }
+    }
+
+    /// Its limiters.
+    fn n(&self) -> usize {
+        usize::from(self.n)
+    }
+
+    /// Whether its entries are each of their own length.
+    pub fn variable(&self) -> bool {
+        self.encoded != 0
+    }
+
+    /// The family's width for its entries.
+    fn width(&self) -> usize {
+        match self.variable() {
+            true => core_family::VARIABLE,
+            false => width(self.n()),
+        }
+    }
+
+    fn encoded(&self, i: usize) -> bool {
+        self.encoded >> i & 1 == 1
+    }
+}
+
+/// An entry's bytes, on the stack for a layout of packed states.
+pub type EntryBytes = smallvec::SmallVec<[u8; width(MAX_LIMITERS)]>;
+
+/// Writes the entry of `states` (one for each limiter of `shape`) under set `set`: refused
+/// as unfit for no state, a state of the other form than its limiter's, a time past 2^48
+/// ms or a log past [`MAX_LOG`].
+fn write_entry(
+    set: u8,
+    shape: Shape,
+    states: &[Option<Held>],
+    out: &mut EntryBytes,
+) -> Result<(), Refused> {
+    out.clear();
+    out.push(set);
+    let mask = states
+        .iter()
+        .enumerate()
+        .fold(0u16, |m, (i, s)| m | u16::from(s.is_some()) << i);
+    if mask == 0 || states.len() != shape.n() {
+        return Err(Refused::Unfit);
+    }
+    if shape.n() > 1 {
+        out.extend_from_slice(&mask.to_le_bytes());
+    }
+    for (i, s) in states.iter().enumerate() {
+        match (s, shape.encoded(i)) {
+            (Some(Held::Packed((_, latest, tail))), false) => {
+                if latest.ms() >> 48 != 0 {
+                    return Err(Refused::Unfit);
+                }
+                out.extend_from_slice(&latest.ms().to_le_bytes()[..6]);
+                out.extend_from_slice(&tail.to_le_bytes());
+            }
+            (None, false) => out.extend_from_slice(&[0; STATE]),
+            (Some(Held::Encoded(log)), true) => {
+                if log.is_empty() || log.len() > MAX_LOG {
+                    return Err(Refused::Unfit);
+                }
+                core_family::push_len(out, log.len());
+                out.extend_from_slice(log);
+            }
+            (None, true) => {}
+            _ => return Err(Refused::Unfit),
+        }
+    }
+    Ok(())
+}
 
 /// 64-bit FNV-1a of a layout: each limiter's code, name length and name.
 pub fn layout_digest(layout: &[Limiter]) -> u64 {
@@ -105,13 +232,16 @@ pub struct Subjects(Inner);
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Inner {
     layout: Box<[Limiter]>,
+    /// The layout's shape (which limiters hold their states encoded).
+    shape: Shape,
     /// The layout's digest ([`layout_digest`]): what a call compares, without following
     /// the layout's pointers.
     digest: u64,
     sets: Sets,
     family: Family,
-    /// The latest empty time a subject was given, in whole seconds: the key's expiry.
-    expires: Instant,
+    /// The latest empty time a subject was given, in whole seconds (as an entry keeps
+    /// it): the key's expiry.
+    expires_s: u32,
 }
 
 /// Why a subject could not be put.
@@ -121,7 +251,7 @@ pub enum Refused {
     Full,
     /// Every one of the [`MAX_SETS`] parameter sets is in use.
     Sets,
-    /// A state that does not fit an entry (a time past 2^48 ms).
+    /// A state that does not fit an entry (a time past 2^48 ms, a log past [`MAX_LOG`]).
     Unfit,
     /// An effect's set that this family holds otherwise (not reached: replicas hold what
     /// their primary holds).
@@ -153,71 +283,95 @@ pub const fn width(n: usize) -> usize {
 /// An entry as [`Subjects::put`] wrote it: `set [mask] state*`, whether its set is new, and
 /// when the subject is empty again, as kept.
 pub struct Put {
-    bytes: [u8; width(MAX_LIMITERS)],
-    len: usize,
+    bytes: EntryBytes,
     pub new_set: bool,
     pub empty_at: Instant,
 }
 
 impl Put {
     pub fn as_bytes(&self) -> &[u8] {
-        self.bytes.get(..self.len).unwrap_or_default()
+        &self.bytes
     }
 }
 
-/// The states of an entry (`set [mask] state*` of a layout of `n` limiters) under its set's
-/// `params`, into `out`.
-fn unpack_with(params: &[Params2], n: usize, state: &[u8], out: &mut [Option<Packed>]) -> Option<()> {
-    let (mask, at) = match n {
+/// The states of an entry (`set [mask] state*` of a layout of `shape`) under its set's
+/// `params`, into `out`: the bytes they took.
+fn unpack_with(
+    params: &[Params2],
+    shape: Shape,
+    state: &[u8],
+    out: &mut [Option<Held>],
+) -> Option<usize> {
+    let (mask, mut at) = match shape.n() {
         1 => (1u16, 1),
         _ => (u16::from_le_bytes([*state.get(1)?, *state.get(2)?]), 3),
     };
-    for (i, slot) in out.iter_mut().enumerate().take(n) {
-        *slot = match mask >> i & 1 {
-            1 => {
-                let s = state.get(at + STATE * i..at + STATE * (i + 1))?;
-                let mut latest = [0u8; 8];
-                latest.get_mut(..6)?.copy_from_slice(s.get(..6)?);
-                let tail = u64::from_le_bytes(s.get(6..)?.try_into().ok()?);
-                Some((
-                    *params.get(i)?,
-                    Instant::from_ms(u64::from_le_bytes(latest)),
-                    tail,
-                ))
+    for (i, slot) in out.iter_mut().enumerate().take(shape.n()) {
+        let has = mask >> i & 1 == 1;
+        *slot = match shape.encoded(i) {
+            false => {
+                let s = state.get(at..at + STATE)?;
+                at += STATE;
+                match has {
+                    true => {
+                        let mut latest = [0u8; 8];
+                        latest.get_mut(..6)?.copy_from_slice(s.get(..6)?);
+                        let tail = u64::from_le_bytes(s.get(6..)?.try_into().ok()?);
+                        Some(Held::Packed((
+                            *params.get(i)?,
+                            Instant::from_ms(u64::from_le_bytes(latest)),
+                            tail,
+                        )))
+                    }
+                    false => None,
+                }
             }
-            _ => None,
+            true if has => {
+                let (len, head) = core_family::read_len(state, at)?;
+                let log = state.get(at + head..at + head + len)?;
+                at += head + len;
+                Some(Held::Encoded(Log::from_slice(log)))
+            }
+            true => None,
         };
     }
-    Some(())
+    Some(at)
 }
 
-/// Whether `entry` is one a command writes for `layout` under a set of `params`: its width,
-/// its mask within the layout and not empty, zeros where it holds no state, the parameters
-/// of a limiter without a state 0, and each state one its kind could hold.
-fn check_entry(layout: &[Limiter], params: &[Params2], entry: &[u8]) -> bool {
+/// Whether `entry` is one a command writes for `layout` (of `shape`) under a set of
+/// `params`: the entry its states would be written as (its mask within the layout and not
+/// empty, zeros where a packed state is missing), the parameters of a limiter without a
+/// packed state 0, and each state one its kind could hold.
+fn check_entry(layout: &[Limiter], shape: Shape, params: &[Params2], entry: &[u8]) -> bool {
     let n = layout.len();
-    if entry.len() != width(n) || params.len() != n {
+    if params.len() != n || shape.n() != n {
         return false;
     }
-    let mask = match n {
-        1 => 1,
-        _ => u16::from_le_bytes([entry[1], entry[2]]),
+    let mut states: [Option<Held>; MAX_LIMITERS] = Default::default();
+    let Some(set) = entry.first().copied() else {
+        return false;
     };
-    if mask == 0 || (n < 16 && mask >> n != 0) {
+    if unpack_with(params, shape, entry, &mut states) != Some(entry.len()) {
         return false;
     }
-    let at = if n > 1 { 3 } else { 1 };
-    let mut states = [None; MAX_LIMITERS];
-    if unpack_with(params, n, entry, &mut states).is_none() {
+    let mut again = EntryBytes::new();
+    if write_entry(set, shape, &states[..n], &mut again).is_err() || again[..] != *entry {
         return false;
     }
-    layout.iter().enumerate().all(|(i, l)| match states[i] {
-        None => {
-            params[i] == Params2::default()
-                && entry[at + STATE * i..at + STATE * (i + 1)].iter().all(|&b| b == 0)
-        }
-        Some((p, latest, tail)) => kind::packed_check(l.code).is_some_and(|c| c(p, latest, tail)),
-    })
+    layout
+        .iter()
+        .zip(&states)
+        .zip(params)
+        .all(|((l, st), p)| match (st, kind::in_family(l.code)) {
+            (Some(Held::Packed((p, latest, tail))), InFamily::Packed(check)) => {
+                check(*p, *latest, *tail)
+            }
+            (Some(Held::Encoded(log)), InFamily::Encoded(check)) => {
+                *p == Params2::default() && check(log)
+            }
+            (None, InFamily::Packed(_) | InFamily::Encoded(_)) => *p == Params2::default(),
+            _ => false,
+        })
 }
 
 impl Subjects {
@@ -227,18 +381,26 @@ impl Subjects {
         if !valid_layout(&layout) {
             return None;
         }
-        let family = Family::new(width(layout.len()))?;
+        let shape = Shape::of(&layout);
+        let family = Family::new(shape.width())?;
         Some(Subjects(Inner {
             digest: layout_digest(&layout),
+            shape,
             layout,
             sets: Sets::new(),
             family,
-            expires: Instant::from_ms(0),
+            expires_s: 0,
         }))
     }
 
     pub fn layout(&self) -> &[Limiter] {
         &self.0.layout
+    }
+
+    /// Whether its entries are each of their own length (a limiter's states in their own
+    /// encoding): an effect gives each entry's length.
+    pub fn variable(&self) -> bool {
+        self.0.shape.variable()
     }
 
     /// Whether its layout is `layout` (compared by their digests: a policy's limiters are
@@ -259,7 +421,7 @@ impl Subjects {
     /// When the key goes: the latest empty time any subject was given, while one is held.
     #[inline]
     pub fn expires(&self) -> Option<Instant> {
-        (!self.is_empty()).then_some(self.0.expires)
+        (!self.is_empty()).then_some(Instant::from_ms(u64::from(self.0.expires_s) * 1000))
     }
 
     /// Where `subject` is, or would go (good until the family changes).
@@ -269,21 +431,20 @@ impl Subjects {
 
     /// The states `subject` holds, one for each limiter of the layout (`None`: none), and
     /// when it is empty again; `None` for a subject it does not hold.
-    pub fn read(&self, subject: &[u8], out: &mut [Option<Packed>]) -> Option<Instant> {
+    pub fn read(&self, subject: &[u8], out: &mut [Option<Held>]) -> Option<Instant> {
         self.read_at(self.locate(subject), out)
     }
 
     /// [`Subjects::read`] at `place` ([`Subjects::locate`]'s).
-    pub fn read_at(&self, place: Place, out: &mut [Option<Packed>]) -> Option<Instant> {
+    pub fn read_at(&self, place: Place, out: &mut [Option<Held>]) -> Option<Instant> {
         let (state, empty_at) = self.0.family.state_at_place(place)?;
         self.unpack(state, out)?;
         Some(empty_at)
     }
 
-    fn unpack(&self, state: &[u8], out: &mut [Option<Packed>]) -> Option<()> {
-        let n = self.0.layout.len();
+    fn unpack(&self, state: &[u8], out: &mut [Option<Held>]) -> Option<usize> {
         let set = self.0.sets.get(usize::from(*state.first()?))?;
-        unpack_with(&set.params, n, state, out)
+        unpack_with(&set.params, self.0.shape, state, out)
     }
 
     /// The index of the set `params` (an existing one, else a free one), for a new
@@ -308,7 +469,7 @@ impl Subjects {
         &mut self,
         subject: &[u8],
         set: u8,
-        states: &[Option<Packed>],
+        states: &[Option<Held>],
         empty_at: Instant,
     ) -> Result<Put, Refused> {
         let place = self.locate(subject);
@@ -317,21 +478,22 @@ impl Subjects {
 
     /// [`Subjects::put`] in place, for a subject it holds under a set of the same
     /// parameters (the common case: a subject hit again under the same numbers): the entry
-    /// as written and the empty time kept; `None`, nothing changed, otherwise.
+    /// as written and the empty time kept; `None`, nothing changed, otherwise (and for a
+    /// layout of entries of their own lengths, which [`Subjects::put_at`] writes).
     pub fn update(
         &mut self,
         place: Place,
-        states: &[Option<Packed>],
+        states: &[Option<Held>],
         empty_at: Instant,
     ) -> Option<(&[u8], Instant)> {
         let n = self.0.layout.len();
-        if states.len() != n {
+        if states.len() != n || self.0.shape.variable() {
             return None;
         }
         let Inner {
             family,
             sets,
-            expires,
+            expires_s,
             ..
         } = &mut self.0;
         let (entry, time) = family.entry_mut(place)?;
@@ -339,8 +501,10 @@ impl Subjects {
         let at = if n > 1 { 3 } else { 1 };
         let mut mask = 0u16;
         for (i, s) in states.iter().enumerate() {
-            match *s {
-                Some((p, latest, _)) if set.params.get(i) == Some(&p) && latest.ms() >> 48 == 0 => {
+            match s {
+                Some(Held::Packed((p, latest, _)))
+                    if set.params.get(i) == Some(p) && latest.ms() >> 48 == 0 =>
+                {
                     mask |= 1 << i;
                 }
                 None if set.params.get(i) == Some(&Params2::default()) => {}
@@ -356,18 +520,17 @@ impl Subjects {
         for (i, s) in states.iter().enumerate() {
             let out = entry.get_mut(at + STATE * i..at + STATE * (i + 1))?;
             match *s {
-                Some((_, latest, tail)) => {
+                Some(Held::Packed((_, latest, tail))) => {
                     out[..6].copy_from_slice(&latest.ms().to_le_bytes()[..6]);
                     out[6..].copy_from_slice(&tail.to_le_bytes());
                 }
-                None => out.fill(0),
+                _ => out.fill(0),
             }
         }
         let kept = Family::seconds(empty_at).max(u32::from_le_bytes(*time));
         *time = kept.to_le_bytes();
-        let kept = Instant::from_ms(u64::from(kept) * 1000);
-        *expires = (*expires).max(kept);
-        Some((entry, kept))
+        *expires_s = (*expires_s).max(kept);
+        Some((entry, Instant::from_ms(u64::from(kept) * 1000)))
     }
 
     /// [`Subjects::put`] at `place` ([`Subjects::locate`]'s, the family unchanged since):
@@ -377,7 +540,7 @@ impl Subjects {
         place: Place,
         subject: &[u8],
         set: u8,
-        states: &[Option<Packed>],
+        states: &[Option<Held>],
         empty_at: Instant,
     ) -> Result<Put, Refused> {
         let n = self.0.layout.len();
@@ -385,35 +548,16 @@ impl Subjects {
             return Err(Refused::Unfit);
         }
         let mut params = [Params2::default(); MAX_LIMITERS];
+        for (p, s) in params.iter_mut().zip(states) {
+            *p = s.as_ref().map_or(Params2::default(), Held::params);
+        }
         let mut entry = Put {
-            bytes: [0; width(MAX_LIMITERS)],
-            len: width(n),
+            bytes: EntryBytes::new(),
             new_set: false,
             empty_at,
         };
-        entry.bytes[0] = set;
-        let at = if n > 1 { 3 } else { 1 };
-        let mut mask = 0u16;
-        for (i, s) in states.iter().enumerate() {
-            let Some((p, latest, tail)) = *s else {
-                continue;
-            };
-            if latest.ms() >> 48 != 0 {
-                return Err(Refused::Unfit);
-            }
-            mask |= 1 << i;
-            params[i] = p;
-            let out = &mut entry.bytes[at + STATE * i..at + STATE * (i + 1)];
-            out[..6].copy_from_slice(&latest.ms().to_le_bytes()[..6]);
-            out[6..].copy_from_slice(&tail.to_le_bytes());
-        }
-        if mask == 0 {
-            return Err(Refused::Unfit);
-        }
-        if n > 1 {
-            entry.bytes[1..3].copy_from_slice(&mask.to_le_bytes());
-        }
-        let (new_set, kept) = self.store(place, subject, entry.as_bytes(), &params[..n], empty_at)?;
+        write_entry(set, self.0.shape, states, &mut entry.bytes)?;
+        let (new_set, kept) = self.store(place, subject, &entry.bytes, &params[..n], empty_at)?;
         entry.new_set = new_set;
         entry.empty_at = kept;
         Ok(entry)
@@ -471,7 +615,7 @@ impl Subjects {
                 release(&mut inner.sets, old);
             }
         }
-        inner.expires = inner.expires.max(kept);
+        inner.expires_s = inner.expires_s.max(Family::seconds(kept));
         Ok((new_set, kept))
     }
 
@@ -555,15 +699,15 @@ impl Subjects {
             .iter()
             .map(|l| self.0.layout.iter().position(|o| o == l))
             .collect();
-        let mut old = [None; MAX_LIMITERS];
-        let mut states = [None; MAX_LIMITERS];
+        let mut old: [Option<Held>; MAX_LIMITERS] = Default::default();
+        let mut states: [Option<Held>; MAX_LIMITERS] = Default::default();
         let n = new.0.layout.len();
         let mut subjects: Vec<Entry<'_>> = self.0.family.entries().collect();
         subjects.sort_unstable_by(|a, b| a.subject.cmp(b.subject));
         for e in subjects {
             self.unpack(e.state, &mut old)?;
             for (s, f) in states.iter_mut().zip(&from) {
-                *s = f.and_then(|f| old.get(f).copied().flatten());
+                *s = f.and_then(|f| old.get_mut(f).and_then(Option::take));
             }
             let states = &states[..n];
             if states.iter().all(Option::is_none) {
@@ -571,12 +715,12 @@ impl Subjects {
             }
             let params: Vec<Params2> = states
                 .iter()
-                .map(|s| s.map_or(Params2::default(), |s| s.0))
+                .map(|s| s.as_ref().map_or(Params2::default(), Held::params))
                 .collect();
             let set = new.set_for(&params).ok()?;
             new.put(e.subject, set, states, e.empty_at).ok()?;
         }
-        new.0.expires = self.0.expires;
+        new.0.expires_s = self.0.expires_s;
         Some(new)
     }
 
@@ -621,7 +765,7 @@ fn valid_layout(layout: &[Limiter]) -> bool {
     (1..=MAX_LIMITERS).contains(&layout.len())
         && layout.iter().enumerate().all(|(i, l)| {
             (1..=MAX_NAME).contains(&l.name.len())
-                && kind::packed_check(l.code).is_some()
+                && !matches!(kind::in_family(l.code), InFamily::No)
                 && !layout[..i].iter().any(|o| o.name == l.name)
         })
 }
@@ -697,7 +841,7 @@ impl Encoding for Subjects {
             out.varint(l.name.len() as u64);
             out.put(&l.name);
         }
-        out.varint(inner.expires.ms() / 1000);
+        out.varint(u64::from(inner.expires_s));
         let used = inner.sets.iter().filter(|s| s.refs > 0).count();
         out.varint(used as u64);
         for (i, s) in inner.sets.iter().enumerate().filter(|(_, s)| s.refs > 0) {
@@ -716,12 +860,9 @@ impl Encoding for Subjects {
         }
         let layout = read_layout(r)?;
         let n = layout.len();
-        let expires = Instant::from_ms(
-            r.varint()?
-                .checked_mul(1000)
-                .filter(|&ms| ms <= MAX_TIMESTAMP.ms() + 999)
-                .ok_or(Malformed("a time out of range"))?,
-        );
+        let expires_s =
+            u32::try_from(r.varint()?).map_err(|_| Malformed("a time out of range"))?;
+        let expires = Instant::from_ms(u64::from(expires_s) * 1000);
         let count = r.count(1 + 2 * n)?;
         if count > MAX_SETS {
             return Err(Malformed("too many parameter sets"));
@@ -748,7 +889,8 @@ impl Encoding for Subjects {
             });
         }
         let family = Family::decode(r)?;
-        if family.width() != width(n) {
+        let shape = Shape::of(&layout);
+        if family.width() != shape.width() {
             return Err(Malformed("entries of another width than the layout's"));
         }
         if family.is_empty() {
@@ -759,10 +901,11 @@ impl Encoding for Subjects {
         }
         let mut s = Subjects(Inner {
             digest: layout_digest(&layout),
+            shape,
             layout,
             sets,
             family,
-            expires,
+            expires_s,
         });
         // Every entry: under a set held, one a command writes, empty by the key's expiry.
         let mut refs = vec![0u32; s.0.sets.len()];
@@ -772,7 +915,7 @@ impl Encoding for Subjects {
                 Some(p) if !p.params.is_empty() => &p.params[..],
                 _ => return Err(Malformed("an entry of no parameter set")),
             };
-            if !check_entry(&s.0.layout, params, e.state) {
+            if !check_entry(&s.0.layout, shape, params, e.state) {
                 return Err(Malformed("an entry no command writes"));
             }
             if let Some(r) = refs.get_mut(set) {
@@ -834,7 +977,9 @@ pub struct FamilyEffect;
 /// - `1 n (code len name)*`: the family's layout (a new family, or the policy's limiters
 ///   changed: [`Subjects::relayout`]);
 /// - `2 len subject empty_s entry`: a subject's entry (`set [mask] state*`, as the family
-///   holds it), under a set the family holds, `empty_s` in 4 bytes (little-endian);
+///   holds it), under a set the family holds, `empty_s` in 4 bytes (little-endian); in a
+///   family of entries of their own lengths ([`Subjects::variable`]), `entry` is its length
+///   (a varint) and its bytes;
 /// - `4 len subject empty_s entry params{2n}`: the same under a new set, its parameters;
 /// - `3 len subject`: a subject removed.
 // Read one at a time, on the stack: a box for the parameters would cost an allocation.
@@ -983,17 +1128,21 @@ impl EffectWriter {
 
     /// A subject's entry as [`Subjects::put`] or [`Subjects::update`] wrote it, empty at
     /// `empty_at`; `new_set` the parameters of its set when new.
+    /// `sized`: the family's entries are each of their own length (the entry's length goes
+    /// first).
     pub fn put_entry(
         &mut self,
         subject: &[u8],
         empty_at: Instant,
-        entry: &[u8],
+        (entry, sized): (&[u8], bool),
         new_set: Option<&[Params2]>,
     ) {
         self.start();
         // The common case, at once: a short subject under a set held, on the stack.
         let n = 1 + 1 + subject.len() + 4 + entry.len();
-        if let (None, true, true) = (new_set, subject.len() < 128, self.spill.is_empty()) {
+        if let (None, true, true, false) =
+            (new_set, subject.len() < 128, self.spill.is_empty(), sized)
+        {
             if let Some(b) = self.buf.get_mut(self.len..self.len + n) {
                 let (head, rest) = b.split_at_mut(2);
                 head.copy_from_slice(&[PUT, subject.len() as u8]);
@@ -1010,6 +1159,9 @@ impl EffectWriter {
         self.varint(subject.len() as u64);
         self.put(subject);
         self.put(&Family::seconds(empty_at).to_le_bytes());
+        if sized {
+            self.varint(entry.len() as u64);
+        }
         self.put(entry);
         for p in new_set.unwrap_or_default() {
             self.varint(p.a);
@@ -1025,9 +1177,9 @@ impl EffectWriter {
     }
 }
 
-/// Reads the next operation of an effect; `n` the limiters of the family's layout as it
-/// stands (a layout operation changes it).
-pub fn next_op<'a>(r: &mut Reader<'a>, n: &mut usize) -> Result<Option<Op<'a>>, Malformed> {
+/// Reads the next operation of an effect; `shape` the family's layout's as it stands (a
+/// layout operation changes it).
+pub fn next_op<'a>(r: &mut Reader<'a>, shape: &mut Shape) -> Result<Option<Op<'a>>, Malformed> {
     if r.rest().is_empty() {
         return Ok(None);
     }
@@ -1041,7 +1193,7 @@ pub fn next_op<'a>(r: &mut Reader<'a>, n: &mut usize) -> Result<Option<Op<'a>>, 
     let op = match r.byte()? {
         LAYOUT => {
             let layout = read_layout(r)?;
-            *n = layout.len();
+            *shape = Shape::of(&layout);
             Op::Layout(layout)
         }
         code @ (PUT | PUT_SET) => {
@@ -1052,14 +1204,23 @@ pub fn next_op<'a>(r: &mut Reader<'a>, n: &mut usize) -> Result<Option<Op<'a>>, 
             if secs > MAX_TIMESTAMP.ms() / 1000 {
                 return Err(Malformed("a time out of range"));
             }
-            if !(1..=MAX_LIMITERS).contains(n) {
+            if !(1..=MAX_LIMITERS).contains(&shape.n()) {
                 return Err(Malformed("a subject's states before its family's layout"));
             }
-            let entry = r.bytes(width(*n))?;
+            let entry = match shape.variable() {
+                true => {
+                    let len = r.count(1)?;
+                    if !(1..=core_family::MAX_STATE).contains(&len) {
+                        return Err(Malformed("an entry of no or too many bytes"));
+                    }
+                    r.bytes(len)?
+                }
+                false => r.bytes(width(shape.n()))?,
+            };
             let params = match code {
                 PUT_SET => {
                     let mut params = [Params2::default(); MAX_LIMITERS];
-                    for p in params.iter_mut().take(*n) {
+                    for p in params.iter_mut().take(shape.n()) {
                         *p = Params2 {
                             a: r.varint()?,
                             b: r.varint()?,
@@ -1087,10 +1248,10 @@ pub fn next_op<'a>(r: &mut Reader<'a>, n: &mut usize) -> Result<Option<Op<'a>>, 
 /// writes, under a set the family holds or the effect gives.
 pub fn check(state: Option<&Subjects>, ops: &[u8]) -> Result<(), Error> {
     let malformed = |e: Malformed| Error::BadPayload(e.0);
-    let mut n = state.map_or(0, |s| s.layout().len());
+    let mut shape = state.map_or(Shape::default(), |s| s.0.shape);
     let mut r = Reader::new(ops);
     let mut relayout = false;
-    while let Some(op) = next_op(&mut r, &mut n).map_err(malformed)? {
+    while let Some(op) = next_op(&mut r, &mut shape).map_err(malformed)? {
         relayout |= matches!(op, Op::Layout(_));
     }
     if let (Some(s), true) = (state, relayout) {
@@ -1099,12 +1260,12 @@ pub fn check(state: Option<&Subjects>, ops: &[u8]) -> Result<(), Error> {
         let mut copy = s.clone();
         return apply(Some(&mut copy), ops).map(|_| ());
     }
-    let mut n = state.map_or(0, |s| s.layout().len());
+    let mut shape = state.map_or(Shape::default(), |s| s.0.shape);
     let mut layout: Option<Box<[Limiter]>> = None;
     // Sets the effect gives, before any entry names them.
     let mut given: smallvec::SmallVec<[(u8, [Params2; MAX_LIMITERS]); 1]> = smallvec::SmallVec::new();
     let mut r = Reader::new(ops);
-    while let Some(op) = next_op(&mut r, &mut n).map_err(malformed)? {
+    while let Some(op) = next_op(&mut r, &mut shape).map_err(malformed)? {
         match op {
             Op::Layout(l) => layout = Some(l),
             Op::Put { entry, params, .. } => {
@@ -1126,7 +1287,7 @@ pub fn check(state: Option<&Subjects>, ops: &[u8]) -> Result<(), Error> {
                             .ok_or_else(|| Error::BadPayload("an entry of a set the family does not hold"))?,
                     },
                 };
-                if !check_entry(layout, p, entry) {
+                if !check_entry(layout, shape, p, entry) {
                     return Err(Error::BadPayload("an entry no command writes"));
                 }
             }
@@ -1163,7 +1324,7 @@ pub fn apply_op(s: &mut Subjects, op: Op<'_>) -> Result<(), Error> {
                     .copied()
                     .collect(),
             };
-            if !check_entry(s.layout(), &params, entry) {
+            if !check_entry(s.layout(), s.0.shape, &params, entry) {
                 return Err(Error::BadPayload("an entry no command writes"));
             }
             let place = s.locate(subject);
@@ -1182,11 +1343,11 @@ pub fn apply_op(s: &mut Subjects, op: Op<'_>) -> Result<(), Error> {
 fn apply(state: Option<&mut Subjects>, ops: &[u8]) -> Result<Option<Subjects>, Error> {
     let malformed = |e: Malformed| Error::BadPayload(e.0);
     let mut r = Reader::new(ops);
-    let mut n = state.as_ref().map_or(0, |s| s.layout().len());
+    let mut shape = state.as_ref().map_or(Shape::default(), |s| s.0.shape);
     let mut made = None;
     let s = match state {
         Some(s) => s,
-        None => match next_op(&mut r, &mut n).map_err(malformed)? {
+        None => match next_op(&mut r, &mut shape).map_err(malformed)? {
             Some(Op::Layout(l)) => made.insert(
                 Subjects::new(l).ok_or_else(|| Error::BadPayload("a layout no compact policy has"))?,
             ),
@@ -1194,7 +1355,7 @@ fn apply(state: Option<&mut Subjects>, ops: &[u8]) -> Result<Option<Subjects>, E
             None => return Ok(None),
         },
     };
-    while let Some(op) = next_op(&mut r, &mut n).map_err(malformed)? {
+    while let Some(op) = next_op(&mut r, &mut shape).map_err(malformed)? {
         apply_op(s, op)?;
     }
     Ok(made.filter(|s| !s.is_empty()))

@@ -5,6 +5,7 @@ use proptest::prelude::*;
 use super::*;
 
 const T0: Instant = Instant::from_ms(1_700_000_000_000);
+const SLIDE: u8 = 1;
 const TOKEN: u8 = 2;
 const FIXED: u8 = 4;
 
@@ -34,6 +35,25 @@ fn token(limit: u64, latest: Instant, debt: u64) -> Packed {
     crate::core::gcra::encoding::pack(&g).unwrap()
 }
 
+/// A sliding log's state as a family holds it (its encoding, its version first): `n`
+/// requests of one unit each, a millisecond apart, until `latest`, `limit` a second.
+fn slide(limit: u64, latest: Instant, n: u64) -> Held {
+    use crate::core::limit::Limit;
+    use crate::kinds::slide::{SlidingLog, Window};
+    let windows = [Window {
+        limit: limit.max(n),
+        window_ms: 1000,
+    }];
+    let mut log = SlidingLog::new(&windows);
+    for k in (0..n).rev() {
+        assert!(log.record(latest - k, &windows, 1));
+    }
+    let mut bytes = Log::new();
+    bytes.push(SlidingLog::VERSION);
+    log.encode(&mut bytes);
+    Held::Encoded(bytes)
+}
+
 fn encode(s: &Subjects) -> Vec<u8> {
     let mut out = Vec::new();
     s.encode(&mut out);
@@ -54,15 +74,17 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(s, l, m, d, t)| Op::Put(s, l, m, d, t)),
         2 => (0u8..60).prop_map(Op::Forget),
         2 => (0u32..100_000, any::<u8>()).prop_map(|(t, b)| Op::Sweep(t, b)),
-        1 => (0u8..4).prop_map(Op::Relayout),
+        1 => (0u8..6).prop_map(Op::Relayout),
     ]
 }
 
-const LAYOUTS: [&[(&str, u8)]; 4] = [
+const LAYOUTS: [&[(&str, u8)]; 6] = [
     &[("a", TOKEN)],
     &[("a", TOKEN), ("b", TOKEN)],
     &[("b", TOKEN), ("c", FIXED)],
     &[("b", TOKEN), ("a", TOKEN)],
+    &[("s", SLIDE), ("a", TOKEN)],
+    &[("s", SLIDE)],
 ];
 
 proptest! {
@@ -74,7 +96,7 @@ proptest! {
         crate::install();
         let mut s = Subjects::new(layout(LAYOUTS[0])).unwrap();
         let mut replica = s.clone();
-        let mut model: BTreeMap<Vec<u8>, Vec<Option<Packed>>> = BTreeMap::new();
+        let mut model: BTreeMap<Vec<u8>, Vec<Option<Held>>> = BTreeMap::new();
         for op in ops {
             let mut effect = EffectWriter::new(&[], T0);
             match op {
@@ -82,25 +104,30 @@ proptest! {
                     let subject = format!("subject:{n:04}").into_bytes();
                     let at = T0 + u64::from(t);
                     let width = s.layout().len();
-                    let states: Vec<Option<Packed>> = (0..width)
+                    let states: Vec<Option<Held>> = (0..width)
                         .map(|i| match (mask >> i & 1 == 1 || i + 1 == width, s.layout()[i].code) {
-                            (true, TOKEN) => Some(token(u64::from(limit), at, u64::from(debt))),
+                            (true, TOKEN) => Some(Held::Packed(token(u64::from(limit), at, u64::from(debt)))),
+                            // Logs of 1 to 40 requests: entries that grow and shrink.
+                            (true, SLIDE) => Some(slide(u64::from(limit), at, 1 + u64::from(debt % 40))),
                             _ => None,
                         })
                         .collect();
                     if states.iter().all(Option::is_none) {
                         continue;
                     }
-                    let params: Vec<Params2> =
-                        states.iter().map(|s| s.map_or(Params2::default(), |p| p.0)).collect();
+                    let params: Vec<Params2> = states
+                        .iter()
+                        .map(|s| s.as_ref().map_or(Params2::default(), Held::params))
+                        .collect();
                     let place = s.locate(&subject);
                     if let Some((entry, kept)) = s.update(place, &states, at + 1000) {
                         let entry = entry.to_vec();
-                        effect.put_entry(&subject, kept, &entry, None);
+                        effect.put_entry(&subject, kept, (&entry, false), None);
                     } else {
                         let set = s.set_for(&params).unwrap();
                         let put = s.put_at(place, &subject, set, &states, at + 1000).unwrap();
-                        effect.put_entry(&subject, put.empty_at, put.as_bytes(), put.new_set.then_some(&params[..]));
+                        let sized = s.variable();
+                        effect.put_entry(&subject, put.empty_at, (put.as_bytes(), sized), put.new_set.then_some(&params[..]));
                     }
                     model.insert(subject, states);
                 }
@@ -123,7 +150,7 @@ proptest! {
                     }
                     model.clear();
                     for e in s.0.family.entries() {
-                        let mut out = [None; MAX_LIMITERS];
+                        let mut out: [Option<Held>; MAX_LIMITERS] = Default::default();
                         s.unpack(e.state, &mut out).unwrap();
                         model.insert(e.subject.to_vec(), out[..s.layout().len()].to_vec());
                     }
@@ -152,7 +179,7 @@ proptest! {
             }
         }
         for (subject, states) in &model {
-            let mut out = [None; MAX_LIMITERS];
+            let mut out: [Option<Held>; MAX_LIMITERS] = Default::default();
             prop_assert!(s.read(subject, &mut out).is_some());
             prop_assert_eq!(&out[..states.len()], &states[..]);
         }
@@ -163,15 +190,26 @@ proptest! {
 fn decoding_refuses_what_no_command_makes() {
     crate::install();
     let mut s = Subjects::new(layout(&[("a", TOKEN), ("b", TOKEN)])).unwrap();
-    let states = [Some(token(3, T0, 10)), None];
-    let set = s.set_for(&[states[0].unwrap().0, Params2::default()]).unwrap();
+    let states = [Some(Held::Packed(token(3, T0, 10))), None];
+    let set = s.set_for(&[token(3, T0, 10).0, Params2::default()]).unwrap();
     s.put(b"x", set, &states, T0 + 1000).unwrap();
-    let good = encode(&s);
-    assert!(Subjects::decode(1, &mut Reader::new(&good)).is_ok());
-    // Each byte changed, or the encoding cut: refused, or a family that encodes as read.
+    refuses_every_damage(&encode(&s));
+    // A family of logs too.
+    let mut s = Subjects::new(layout(&[("s", SLIDE), ("a", TOKEN)])).unwrap();
+    let states = [Some(slide(10, T0, 3)), None];
+    let set = s.set_for(&[Params2::default(), Params2::default()]).unwrap();
+    s.put(b"x", set, &states, T0 + 1000).unwrap();
+    s.put(b"y", set, &[Some(slide(10, T0, 1)), None], T0 + 1000).unwrap();
+    refuses_every_damage(&encode(&s));
+}
+
+/// Each byte of `good` changed, or the encoding cut: refused, or a family that encodes as
+/// read.
+fn refuses_every_damage(good: &[u8]) {
+    assert!(Subjects::decode(1, &mut Reader::new(good)).is_ok());
     for i in 0..good.len() {
         for delta in [1u8, 0x80] {
-            let mut bad = good.clone();
+            let mut bad = good.to_vec();
             bad[i] = bad[i].wrapping_add(delta);
             let mut r = Reader::new(&bad);
             if let (Ok(back), true) = (Subjects::decode(1, &mut r), r.rest().is_empty()) {
@@ -186,8 +224,8 @@ fn decoding_refuses_what_no_command_makes() {
 fn a_full_family_refuses_new_subjects_only() {
     crate::install();
     let mut s = Subjects::new(layout(&[("a", TOKEN)])).unwrap();
-    let st = [Some(token(3, T0, 0))];
-    let set = s.set_for(&[st[0].unwrap().0]).unwrap();
+    let st = [Some(Held::Packed(token(3, T0, 0)))];
+    let set = s.set_for(&[token(3, T0, 0).0]).unwrap();
     for n in 0..MAX_SUBJECTS {
         s.put(format!("{n}").as_bytes(), set, &st, T0).unwrap();
     }

@@ -47,6 +47,10 @@ use crate::core::{Duration, Instant};
 pub const MAX_WINDOWS: usize = 8;
 /// The largest limit of one window: the running totals are 32-bit.
 pub const MAX_LIMIT: u64 = u32::MAX as u64;
+/// The largest limit of a `SLIDE` limiter in a compact policy (its log in the subject's
+/// entry in the family, `kinds::family::MAX_LOG` bytes at most).
+pub const MAX_LIMIT_IN_COMPACT: u64 = 100;
+
 /// The longest window: 31 days, so a monthly quota fits and record offsets stay 32-bit.
 pub const MAX_WINDOW_MS: u64 = 31 * 24 * 3600 * 1000;
 
@@ -139,6 +143,8 @@ impl Rate for SlidingLog {
     const COMMAND: &'static str = "RL.SLIDE";
     const CODE: u8 = 1;
     const FORM: Form = Form::Boxed;
+    /// A compact policy's family holds a log in its encoding (its records vary in number).
+    const IN_FAMILY_ENCODED: bool = true;
     const INFO: &'static Info = &SLIDE_INFO;
     const GRAMMAR: args::Grammar = args::Grammar {
         positional: args::Positional::Pairs,
@@ -148,6 +154,17 @@ impl Rate for SlidingLog {
     const KEYWORD: Option<&'static str> = Some("SLIDE");
     const EFFECT_CODE: u8 = 1;
     type Args = Windows;
+
+    /// A compact policy keeps a subject's log in its entry: at most
+    /// [`MAX_LIMIT_IN_COMPACT`] requests a window (a log of at most about 600 bytes).
+    fn in_compact(args: &Windows) -> Result<(), Error> {
+        match args.iter().all(|w| w.limit <= MAX_LIMIT_IN_COMPACT) {
+            true => Ok(()),
+            false => Err(Error::Invalid(
+                "a compact policy's SLIDE limiter counts at most 100 requests a window (its log is kept in the subject's entry; a keyed policy counts more)",
+            )),
+        }
+    }
 
     fn params(args: &Windows) -> &[Window] {
         args

@@ -28,7 +28,7 @@ use std::sync::OnceLock;
 use super::intern;
 use crate::core::chunks::class_ceil;
 use crate::core::codec::{Malformed, Reader, SmallOut};
-use crate::core::kind::{CheckPacked, Form, Kind, Params2};
+use crate::core::kind::{Form, InFamily, Kind, Params2};
 use crate::core::Instant;
 
 #[cfg(test)]
@@ -280,14 +280,26 @@ pub trait MaybeCompact: Kind {
     }
 }
 
-/// Kind `K`'s code and its [`CheckPacked`] (`None` for a kind without the compact form),
-/// for the registry's table (`core::kind::install_packed`).
-pub const fn packed_check<K: MaybeCompact>() -> (u8, Option<CheckPacked>) {
-    let check: Option<CheckPacked> = match K::FORM {
-        Form::Compact => Some(check_packed::<K>),
-        _ => None,
+/// Kind `K`'s code and how a family holds its states (packed for a kind of the compact
+/// form, in its own encoding for one that says so, else not at all), for the registry's
+/// table (`core::kind::install_in_family`).
+pub const fn in_family<K: MaybeCompact>() -> (u8, InFamily) {
+    let form = match (K::FORM, K::IN_FAMILY_ENCODED) {
+        (Form::Compact, _) => InFamily::Packed(check_packed::<K>),
+        (_, true) => InFamily::Encoded(check_encoded::<K>),
+        _ => InFamily::No,
     };
-    (K::CODE, check)
+    (K::CODE, form)
+}
+
+/// Whether `bytes` (a version byte, then a state's encoding) are a state of kind `K`, read
+/// whole by its validating constructor.
+fn check_encoded<K: Kind>(bytes: &[u8]) -> bool {
+    let Some((&version, rest)) = bytes.split_first() else {
+        return false;
+    };
+    let mut r = Reader::new(rest);
+    K::decode(version, &mut r).is_ok() && r.finish().is_ok()
 }
 
 /// Whether a compact state of kind `K` (its parameters and two words) is one the kind

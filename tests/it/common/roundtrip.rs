@@ -454,11 +454,12 @@ impl Gen {
         call
     }
 
-    /// A policy's limiter, its kind's keyword first: of the kinds a compact policy holds,
-    /// or of any kind but `ACQUIRE` for a keyed one.
+    /// A policy's limiter, its kind's keyword first: of the kinds a compact policy holds
+    /// (its `SLIDE` limits within a family's bound), or of any kind but `ACQUIRE` for a
+    /// keyed one.
     fn limiter(&mut self, compact: bool) -> Call {
         let kinds: &[&str] = if compact {
-            &["TOKEN", "LEAKY", "FIXED", "THROTTLE"]
+            &["TOKEN", "LEAKY", "FIXED", "THROTTLE", "SLIDE"]
         } else {
             &["TOKEN", "LEAKY", "FIXED", "THROTTLE", "SLIDE", "SUBWIN"]
         };
@@ -477,6 +478,11 @@ impl Gen {
                 push(r.pick(&[1, 10, I32_MAX]));
                 push(window);
                 push(res);
+            }
+            // A compact policy's SLIDE counts at most 100 requests a window.
+            "SLIDE" if compact => {
+                push(r.pick(&[1, 10, 100]));
+                push(r.pick(&[1, 1000, DAY31]));
             }
             _ => {
                 push(r.pick(&[1, 10, I32_MAX]));

@@ -155,6 +155,15 @@ CASES=(
   "chit-token-live       | live            | 1   | -      | hit-token-live            | 100 | RL.HIT clive k:__rand_int__"
   "chit-token-new        | new=chit-token-live | 1 | -    | hit-token-new             | 100 | RL.HIT clive n:__rand_int__"
   "chit-all-hot-allow    | hot             | 1   | -      | hit-all-hot-allow         | 100 | RL.HIT call u COST 4"
+  # A SLIDE limiter of at most 100 requests, as a compact policy holds one: keyed and
+  # compact, a log of 100 requests refused, logs of a few requests among 100,000 subjects,
+  # a new subject's log of one.
+  "hit-slide-hot-refuse  | hot             | 0   | -      | slide-hot-refuse          | 100 | RL.HIT pslr u"
+  "hit-slide-live        | live            | 1   | -      | slide-live                | 100 | RL.HIT psll k:__rand_int__"
+  "hit-slide-new         | new=hit-slide-live | 1 | -     | slide-new                 | 100 | RL.HIT psll n:__rand_int__"
+  "chit-slide-hot-refuse | hot             | 0   | -      | hit-slide-hot-refuse      | 100 | RL.HIT cslr u"
+  "chit-slide-live       | live            | 1   | -      | hit-slide-live            | 100 | RL.HIT csll k:__rand_int__"
+  "chit-slide-new        | new=chit-slide-live | 1 | -    | hit-slide-new             | 100 | RL.HIT csll n:__rand_int__"
 
   "lua-slide-hot-allow    | hot                   | 1 | - |  | 25 | EVALSHA @sliding_log@ 1 hotall 4000000000 1000"
   "lua-slide-hot-refuse   | hot                   | 0 | - |  | 25 | EVALSHA @sliding_log@ 1 hot 100 86400000"
@@ -271,6 +280,10 @@ POLICIES=(
   "ctokr COMPACT t TOKEN 100 86400000"
   "clive COMPACT t TOKEN 100 86400000"
   "call COMPACT r TOKEN 2000000000 1000 COST 1 t TOKEN 2000000000 1000"
+  "pslr s SLIDE 100 86400000"
+  "psll s SLIDE 100 86400000"
+  "cslr COMPACT s SLIDE 100 86400000"
+  "csll COMPACT s SLIDE 100 86400000"
 )
 HIT=
 # Policies a build before issue 29 or 30 cannot hold (SHADOW, PENALTY, COMPACT): their cases

@@ -15,7 +15,8 @@
 //!   only it (its RDB save and load, the CPU time of the main thread).
 //!
 //! Cells are `median / slowest` over the calls. Environment: FAMILY_SIZES (comma-separated;
-//! default 610,6100,32767), RATELIMIT_MODULE (the module to load).
+//! default 610,6100,32767), FAMILY_LIMITER (the policy's limiter, default `per TOKEN 1
+//! 1000`; `per SLIDE 1 1000` for a family of logs), RATELIMIT_MODULE (the module to load).
 
 #[path = "../tests/it/common/mod.rs"]
 mod common;
@@ -102,7 +103,9 @@ fn main() {
     let other = Server::start(&[]);
     let mut c = server.conn();
     let mut o = other.conn();
-    let policy = "RL.POLICY SET f COMPACT per TOKEN 1 1000";
+    let limiter = std::env::var("FAMILY_LIMITER").unwrap_or_else(|_| "per TOKEN 1 1000".into());
+    let policy = format!("RL.POLICY SET f COMPACT {limiter}");
+    let policy = policy.as_str();
     for conn in [&mut c, &mut o] {
         let words: Vec<&str> = policy.split(' ').collect();
         run(conn, &words).expect(policy);

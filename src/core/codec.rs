@@ -108,12 +108,17 @@ impl<A: smallvec::Array<Item = u8>> Sink for smallvec::SmallVec<A> {
         self.extend_from_slice(bytes);
     }
 
+    /// On the stack first, then appended at once (a push a byte checks the room each time).
     fn varint(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.push(v as u8 | 0x80);
+        let mut out = [0u8; 10];
+        let mut n = 0;
+        while v >= 0x80 && n < 9 {
+            out[n] = v as u8 | 0x80;
             v >>= 7;
+            n += 1;
         }
-        self.push(v as u8);
+        out[n] = v as u8;
+        self.extend_from_slice(&out[..=n]);
     }
 
     fn full(&self) -> bool {

@@ -261,7 +261,7 @@ pub enum Refused {
 impl Refused {
     pub fn error(self) -> Error {
         Error::Invalid(match self {
-            Refused::Full => "a compact policy's family holds at most 32768 subjects (subjects with a hash tag of their own share their tag's family)",
+            Refused::Full => "a compact policy's family holds at most 32768 subjects and 16 MB of entries (subjects with a hash tag of their own share their tag's family)",
             Refused::Sets => "a compact policy's family holds states under at most 255 parameter sets at once: set the policy again once the older states are empty",
             Refused::Unfit => "a state past what a compact policy holds",
             Refused::Diverged => "an RL.FAMILY effect names a parameter set this family holds otherwise",

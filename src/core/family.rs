@@ -315,6 +315,7 @@ impl Family {
 
     /// The state and empty time of the entry at `place` (located in this family as it is),
     /// if it holds one.
+    #[inline]
     pub fn state_at_place(&self, place: Place) -> Option<(&[u8], Instant)> {
         if !place.found {
             return None;

@@ -17,6 +17,7 @@ use crate::rm::key::Key;
 /// A state as a family holds it: packed for a kind of the compact form, else in its own
 /// encoding (its version byte first); `None` past what a family holds (a time past 2^48
 /// ms, a log past [`MAX_LOG`]).
+#[inline(always)]
 pub fn held_of<K: Storable>(state: &K) -> Option<Held> {
     match K::FORM {
         Form::Compact => state.pack().map(Held::Packed),
@@ -31,6 +32,7 @@ pub fn held_of<K: Storable>(state: &K) -> Option<Held> {
 
 /// The state of kind `K` a family holds as `held`; `None` for one of another form, or an
 /// encoding its kind does not read whole.
+#[inline(always)]
 pub fn state_of<K: Storable>(held: &Held) -> Option<K> {
     match held {
         Held::Packed((params, latest, tail)) => K::unpack(*params, *latest, *tail),

@@ -306,6 +306,26 @@ fn unpack_with(
         1 => (1u16, 1),
         _ => (u16::from_le_bytes([*state.get(1)?, *state.get(2)?]), 3),
     };
+    if !shape.variable() {
+        // Packed states only (the common case, every call): each at its place.
+        for (i, slot) in out.iter_mut().enumerate().take(shape.n()) {
+            *slot = match mask >> i & 1 {
+                1 => {
+                    let s = state.get(at + STATE * i..at + STATE * (i + 1))?;
+                    let mut latest = [0u8; 8];
+                    latest.get_mut(..6)?.copy_from_slice(s.get(..6)?);
+                    let tail = u64::from_le_bytes(s.get(6..)?.try_into().ok()?);
+                    Some(Held::Packed((
+                        *params.get(i)?,
+                        Instant::from_ms(u64::from_le_bytes(latest)),
+                        tail,
+                    )))
+                }
+                _ => None,
+            };
+        }
+        return Some(at + STATE * shape.n());
+    }
     for (i, slot) in out.iter_mut().enumerate().take(shape.n()) {
         let has = mask >> i & 1 == 1;
         *slot = match shape.encoded(i) {

@@ -92,7 +92,7 @@ pub trait Prepared: Send + Sync {
     /// state it leaves, and what it recorded. `None` for a command that answers otherwise.
     fn alone_packed(
         &self,
-        state: Option<Held>,
+        state: Option<&Held>,
         cost: u64,
         clock: Clock,
     ) -> Option<Result<AloneRan, Error>>;
@@ -181,7 +181,7 @@ where
 
     fn alone_packed(
         &self,
-        state: Option<Held>,
+        state: Option<&Held>,
         cost: u64,
         clock: Clock,
     ) -> Option<Result<AloneRan, Error>> {
@@ -190,14 +190,16 @@ where
         }
         let call = self.call_for(cost);
         let run = || -> Result<AloneRan, Error> {
-            let mut held = match &state {
+            let mut held = match state {
                 Some(h) => {
                     Some(slot::state_of::<C::Kind>(h).ok_or_else(|| Error::Internal("RL.HIT"))?)
                 }
                 None => None,
             };
             let ran = C::run(held.as_mut(), &call, clock, Mode::Decide)?;
-            let mut slot = PackedSlot::new(state);
+            // What the run changed is stored (as a key's state would be written), not
+            // compared with what the entry held.
+            let mut slot = PackedSlot::new(None);
             let recorded = match ran.change {
                 Change::None => None,
                 Change::Held { after, .. } => {

@@ -202,7 +202,7 @@ fn decide_alone(
             let [state] = one;
             let ran = m
                 .prepared
-                .alone_packed(state, cost, clock)
+                .alone_packed(state.as_ref(), cost, clock)
                 .ok_or_else(|| Error::Internal("RL.HIT"))?
                 .map_err(|e| named(policy, members, subject, 0, e))?;
             if ran.slot.unfit {

@@ -22,6 +22,8 @@
 //! A compact policy's family key holds one (`kinds::family`).
 
 use super::codec::{Malformed, Reader, Sink};
+use smallvec::SmallVec;
+
 use super::Instant;
 
 /// The longest subject: a policy's (see `core::policy`).
@@ -34,6 +36,13 @@ pub const MAX_WIDTH: usize = 256;
 pub const VARIABLE: usize = u16::MAX as usize;
 /// The longest state of a family of [`VARIABLE`] width.
 pub const MAX_STATE: usize = 4096;
+
+/// The bytes a state of `len` takes in a family of [`VARIABLE`] width: its length rounded
+/// up to 8, so that a state that grows or shrinks a little (a log gaining a request) is
+/// written in place, not anew at the arena's end; the rest zeros.
+fn room(len: usize) -> usize {
+    len.div_ceil(8) * 8
+}
 /// The most subjects one family holds.
 pub const MAX_SUBJECTS: usize = 1 << 24;
 
@@ -206,19 +215,19 @@ impl Family {
     /// The bytes an entry of `subject` and `state` takes in the arena.
     fn entry_size(&self, subject: &[u8], state: &[u8]) -> usize {
         let of_state = match self.variable() {
-            true => len_bytes(state.len()),
-            false => 0,
+            true => len_bytes(state.len()) + room(state.len()),
+            false => state.len(),
         };
-        len_bytes(subject.len()) + subject.len() + of_state + state.len() + 4
+        len_bytes(subject.len()) + subject.len() + of_state + 4
     }
 
     /// Where the state that starts at `at` (its length first, in a variable family) has its
-    /// bytes, and how many.
+    /// bytes, how many, and how many it takes ([`room`]).
     #[inline(always)]
-    fn state_span(&self, at: usize) -> Option<(usize, usize)> {
+    fn state_span(&self, at: usize) -> Option<(usize, usize, usize)> {
         match self.variable() {
-            true => read_len(&self.arena, at).map(|(len, head)| (at + head, len)),
-            false => Some((at, self.width())),
+            true => read_len(&self.arena, at).map(|(len, head)| (at + head, len, room(len))),
+            false => Some((at, self.width(), self.width())),
         }
     }
 
@@ -235,9 +244,9 @@ impl Family {
     fn entry_at(&self, at: usize) -> Option<(Entry<'_>, usize)> {
         let (len, head) = read_len(&self.arena, at)?;
         let subject = self.arena.get(at + head..at + head + len)?;
-        let (state_at, width) = self.state_span(at + head + len)?;
+        let (state_at, width, room) = self.state_span(at + head + len)?;
         let state = self.arena.get(state_at..state_at + width)?;
-        let time_at = state_at + width;
+        let time_at = state_at + room;
         let time: [u8; 4] = self.arena.get(time_at..time_at + 4)?.try_into().ok()?;
         let entry = Entry {
             subject,
@@ -320,25 +329,21 @@ impl Family {
         if !place.found {
             return None;
         }
-        let (at, width) = self.state_span(place.state_at)?;
+        let (at, width, room) = self.state_span(place.state_at)?;
         let state = self.arena.get(at..at + width)?;
-        let time: [u8; 4] = self
-            .arena
-            .get(at + width..at + width + 4)?
-            .try_into()
-            .ok()?;
+        let time: [u8; 4] = self.arena.get(at + room..at + room + 4)?.try_into().ok()?;
         let empty_at = Instant::from_ms(u64::from(u32::from_le_bytes(time)) * 1000);
         Some((state, empty_at))
     }
 
     /// The state and empty time of the entry at `place` (located in this family as it is),
     /// to change in place: its state's bytes, and its empty time as it keeps it (whole
-    /// seconds, rounded up: [`Family::seconds`]).
+    /// seconds, rounded up: [`Family::seconds`]). A family of fixed width only.
     pub fn entry_mut(&mut self, place: Place) -> Option<(&mut [u8], &mut [u8; 4])> {
-        if !place.found {
+        if !place.found || self.variable() {
             return None;
         }
-        let (at, width) = self.state_span(place.state_at)?;
+        let (at, width, _) = self.state_span(place.state_at)?;
         let bytes = self.arena.get_mut(at..at + width + 4)?;
         let (state, time) = bytes.split_at_mut(width);
         Some((state, time.try_into().ok()?))
@@ -393,16 +398,27 @@ impl Family {
                 None => return false,
             };
             if old == size {
-                // In place: the same subject, a state of the same length.
-                let Some((at, width)) =
-                    self.state_span(offset + len_bytes(subject.len()) + subject.len())
-                else {
-                    return false;
+                // In place: the same subject, a state of the same room (its length written
+                // again in a variable family, the same number of bytes).
+                let mut at = offset + len_bytes(subject.len()) + subject.len();
+                let room = match self.variable() {
+                    true => {
+                        let mut head = SmallVec::<[u8; 2]>::new();
+                        push_len(&mut head, state.len());
+                        if let Some(h) = self.arena.get_mut(at..at + head.len()) {
+                            h.copy_from_slice(&head);
+                        }
+                        at += head.len();
+                        room(state.len())
+                    }
+                    false => state.len(),
                 };
-                if let Some(s) = self.arena.get_mut(at..at + width) {
-                    s.copy_from_slice(state);
+                if let Some(s) = self.arena.get_mut(at..at + room) {
+                    let (bytes, pad) = s.split_at_mut(state.len());
+                    bytes.copy_from_slice(state);
+                    pad.fill(0);
                 }
-                if let Some(t) = self.arena.get_mut(at + width..at + width + 4) {
+                if let Some(t) = self.arena.get_mut(at + room..at + room + 4) {
                     t.copy_from_slice(&seconds(empty_at).to_le_bytes());
                 }
                 return true;
@@ -493,10 +509,16 @@ impl Family {
         }
         push_len(&mut self.arena, subject.len());
         self.arena.extend_from_slice(subject);
-        if self.variable() {
+        let variable = self.variable();
+        if variable {
             push_len(&mut self.arena, state.len());
         }
         self.arena.extend_from_slice(state);
+        if variable {
+            // Zeros up to its room.
+            let pad = room(state.len()) - state.len();
+            self.arena.extend(std::iter::repeat_n(0, pad));
+        }
         self.arena
             .extend_from_slice(&seconds(empty_at).to_le_bytes());
     }

@@ -8,7 +8,7 @@
 use std::ops::{Deref, DerefMut};
 
 use super::call::Storable;
-use crate::core::codec::Reader;
+use crate::core::codec::{Reader, Sink, SmallOut};
 use crate::core::error::Error;
 use crate::core::kind::Form;
 use crate::kinds::family::{Held, Log, MAX_LOG};
@@ -22,10 +22,17 @@ pub fn held_of<K: Storable>(state: &K) -> Option<Held> {
     match K::FORM {
         Form::Compact => state.pack().map(Held::Packed),
         _ => {
-            let mut log = Log::new();
+            // On the stack first (a log of a few requests), copied once.
+            let mut out = SmallOut::new();
+            out.put(&[K::VERSION]);
+            state.encode(&mut out);
+            if !out.overflowed {
+                return Some(Held::Encoded(Log::from_slice(out.as_bytes())));
+            }
+            let mut log = Vec::new();
             log.push(K::VERSION);
             state.encode(&mut log);
-            (log.len() <= MAX_LOG).then_some(Held::Encoded(log))
+            (log.len() <= MAX_LOG).then(|| Held::Encoded(Log::from_vec(log)))
         }
     }
 }

@@ -125,6 +125,14 @@ CASES=(
   "chit-hot-refuse    | rl.hit   | hit-hot-refuse    | 100 |           | RL.HIT ctokr u"
   "chit-100k          | rl.hit   | hit-100k          | 100 | -r 100000 | RL.HIT clive k:__rand_int__"
   "chit-new           | rl.hit   | hit-new           | 100 | -r 1000000000 | RL.HIT clive n:__rand_int__"
+  # The same of a SLIDE of 100 requests a day (a compact policy holds its logs in its
+  # subjects' entries): refused (a log of 100), on 100,000 subjects, new subjects.
+  "hits-hot-refuse    | rl.hit   |                   | 100 |           | RL.HIT pslr u"
+  "hits-100k          | rl.hit   |                   | 100 | -r 100000 | RL.HIT psll k:__rand_int__"
+  "hits-new           | rl.hit   |                   | 100 | -r 1000000000 | RL.HIT psll n:__rand_int__"
+  "chits-hot-refuse   | rl.hit   | hits-hot-refuse   | 100 |           | RL.HIT cslr u"
+  "chits-100k         | rl.hit   | hits-100k         | 100 | -r 100000 | RL.HIT csll k:__rand_int__"
+  "chits-new          | rl.hit   | hits-new          | 100 | -r 1000000000 | RL.HIT csll n:__rand_int__"
 )
 
 # The policies of the RL.HIT cases, set when the module has RL.HIT (a compact one when it
@@ -136,6 +144,10 @@ POLICIES=(
   "ctok COMPACT t TOKEN 2000000000 1000"
   "ctokr COMPACT t TOKEN 100 86400000"
   "clive COMPACT t TOKEN 100 86400000"
+  "pslr s SLIDE 100 86400000"
+  "psll s SLIDE 100 86400000"
+  "cslr COMPACT s SLIDE 100 86400000"
+  "csll COMPACT s SLIDE 100 86400000"
 )
 
 # Keys a case needs before it runs: the command, run once for each of the 100,000 numbers

@@ -4,7 +4,8 @@
 //! packed by the caller), and the time it is empty again; an open-addressing index finds it.
 //!
 //! Layout: entries packed in one arena, each `len (1 or 2 bytes) subject state empty_at` (the
-//! state preceded by its own length as the subject's is, in a family of [`VARIABLE`] width), the
+//! state preceded by its own length as the subject's is, and zeros after it up to a multiple
+//! of 8 bytes, in a family of [`VARIABLE`] width), the
 //! empty time in whole seconds, rounded up (4 bytes: it only says when a sweep may remove the
 //! subject, at most a second late; decisions read the state), and an index of `u32` offsets
 //! (at most 3/4 full, a power of two long, linear probing, tombstones). The arena grows by an

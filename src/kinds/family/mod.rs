@@ -880,8 +880,12 @@ impl Encoding for Subjects {
         }
         let layout = read_layout(r)?;
         let n = layout.len();
-        let expires_s =
-            u32::try_from(r.varint()?).map_err(|_| Malformed("a time out of range"))?;
+        // Whole seconds: past 2106, the last one (as an entry keeps it; an earlier build
+        // kept a later one, which reads as that).
+        let expires_s = match r.varint()? {
+            s if s > MAX_TIMESTAMP.ms() / 1000 => return Err(Malformed("a time out of range")),
+            s => u32::try_from(s).unwrap_or(u32::MAX),
+        };
         let expires = Instant::from_ms(u64::from(expires_s) * 1000);
         let count = r.count(1 + 2 * n)?;
         if count > MAX_SETS {

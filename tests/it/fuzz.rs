@@ -528,7 +528,24 @@ fn fuzz_apply_of_mutated_effects() {
         "RL.ALL 3 s:a1 s:a2 s:a3 SLIDE 5 1000 TOKEN 10 1000 COST 2 ACQUIRE 2 30000",
         "RL.ALL 3 s:a4 s:a5 s:a6 FIXED 3 1000 ALIGN SUBWIN 10 1000 100 ACQUIRE 2 30000 ID b",
         "RL.ALL 2 s:a7 s:a8 LEAKY 4 1000 MAXDELAY 3000 BURST 2 COST 3 SLIDE 4294967295 2678400000",
+        // Compact policies (set below): families of packed states and of logs, their
+        // effects RL.FAMILY's bytes (a layout, entries of fixed and of their own lengths,
+        // a new parameter set).
+        "RL.HIT fz u1",
+        "RL.HIT fz u2 COST 2",
+        "RL.HIT fz u1",
+        "RL.HIT fy u1",
+        "RL.HIT fy {t}a COST 2",
+        "RL.HIT fy u1",
     ];
+    for (name, limiters) in [
+        ("fz", "t TOKEN 10 1000 s SLIDE 5 1000"),
+        ("fy", "s SLIDE 3 1000"),
+    ] {
+        let mut words = vec!["RL.POLICY", "SET", name, "COMPACT"];
+        words.extend(limiters.split(' '));
+        run(&mut c, &words).expect("a compact policy");
+    }
     for (i, line) in lines.iter().enumerate() {
         let line = line.replace("LONG", &long_id).replace("MADE", &made);
         let mut words: Vec<&str> = line.split(' ').collect();

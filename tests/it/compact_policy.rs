@@ -442,7 +442,10 @@ fn families_travel_by_dump_restore_and_migrate(server: Server) {
 fn subjects_expire_and_families_with_them(server: Server) {
     let mut c = server.conn();
     // Empty again a second after a hit: a bucket and a log (entries of their own lengths).
-    ok(&mut c, "RL.POLICY SET c COMPACT a TOKEN 1 1000 s SLIDE 1 1000");
+    ok(
+        &mut c,
+        "RL.POLICY SET c COMPACT a TOKEN 1 1000 s SLIDE 1 1000",
+    );
     for n in 0..400 {
         line(&mut c, &format!("RL.HIT c {{f}}:{n}")).unwrap();
     }

@@ -332,6 +332,7 @@ fn record(
 
 /// Stores a new family `fresh` in `key` unless it holds nothing (its effect then dropped
 /// back to `ops` bytes), and settles a changed one (`before` and `expires` its expiry).
+#[inline]
 fn keep(
     key: &Key,
     fresh: &mut Option<Subjects>,

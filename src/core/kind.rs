@@ -99,6 +99,11 @@ pub trait Kind: Encoding + Clone + Debug + 'static {
     /// an error for a kind whose units are given back otherwise.
     fn refund(&mut self, now: Instant, units: u64) -> Result<Decision, Error>;
 
+    /// Drops what a compact policy's family cannot keep beyond what the state's own
+    /// parameters count, its answers to them unchanged (a log's records that only its
+    /// retention counts, kept for windows it was called with before; see `kinds::slide`).
+    fn shed(&mut self) {}
+
     /// An error for a kind that takes no refund ([`Kind::refund`]'s), asked first.
     fn refundable(&self) -> Result<(), Error> {
         Ok(())
@@ -144,6 +149,10 @@ impl<K: Rate> Kind for K {
     fn peek_cost(&self, now: Instant, cost: u64) -> Decision {
         let p = self.stored();
         self.evaluate(now, p.borrow(), cost)
+    }
+
+    fn shed(&mut self) {
+        <K as Rate>::shed(self)
     }
 
     fn refund(&mut self, now: Instant, units: u64) -> Result<Decision, Error> {
@@ -503,6 +512,9 @@ pub trait Rate: Limit + Encoding + Clone + Debug + 'static {
     fn in_compact(_args: &Self::Args) -> Result<(), Error> {
         Ok(())
     }
+
+    /// [`Kind::shed`].
+    fn shed(&mut self) {}
 
     /// The algorithm's view of them.
     fn params(args: &Self::Args) -> &Self::Params;

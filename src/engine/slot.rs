@@ -15,26 +15,34 @@ use crate::kinds::family::{Held, Log, MAX_LOG};
 use crate::rm::key::Key;
 
 /// A state as a family holds it: packed for a kind of the compact form, else in its own
-/// encoding (its version byte first); `None` past what a family holds (a time past 2^48
-/// ms, a log past [`MAX_LOG`]).
+/// encoding (its version byte first), past [`MAX_LOG`] without what only its retention
+/// counts ([`Kind::shed`](crate::core::kind::Kind::shed)); `None` past what a family holds
+/// (a time past 2^48 ms, a log past [`MAX_LOG`] still).
 #[inline(always)]
 pub fn held_of<K: Storable>(state: &K) -> Option<Held> {
     match K::FORM {
         Form::Compact => state.pack().map(Held::Packed),
-        _ => {
-            // On the stack first (a log of a few requests), copied once.
-            let mut out = SmallOut::new();
-            out.put(&[K::VERSION]);
-            state.encode(&mut out);
-            if !out.overflowed {
-                return Some(Held::Encoded(Log::from_slice(out.as_bytes())));
-            }
-            let mut log = Vec::new();
-            log.push(K::VERSION);
-            state.encode(&mut log);
-            (log.len() <= MAX_LOG).then(|| Held::Encoded(Log::from_vec(log)))
-        }
+        _ => encoded(state).or_else(|| {
+            let mut lean = state.clone();
+            lean.shed();
+            encoded(&lean)
+        }),
     }
+}
+
+/// `state` in its own encoding, if within [`MAX_LOG`]: on the stack first (a log of a few
+/// requests), copied once.
+fn encoded<K: Storable>(state: &K) -> Option<Held> {
+    let mut out = SmallOut::new();
+    out.put(&[K::VERSION]);
+    state.encode(&mut out);
+    if !out.overflowed {
+        return Some(Held::Encoded(Log::from_slice(out.as_bytes())));
+    }
+    let mut log = Vec::new();
+    log.push(K::VERSION);
+    state.encode(&mut log);
+    (log.len() <= MAX_LOG).then(|| Held::Encoded(Log::from_vec(log)))
 }
 
 /// The state of kind `K` a family holds as `held`; `None` for one of another form, or an

@@ -156,6 +156,30 @@ fn compact_and_keyed_policies_answer_alike_at_the_end_of_time(server: Server) {
     }
 }
 
+/// A SLIDE narrowed (a day's window made a minute's): a keyed log keeps the day's records
+/// for the day (its retention, should the day's window come back); a family keeps a log of
+/// at most 1 KB, so it keeps what the minute counts, and answers as the keyed policy does.
+#[rstest]
+fn a_narrowed_slide_answers_alike_past_what_an_entry_holds(server: Server) {
+    let mut c = server.conn();
+    set_both(&mut c, "s SLIDE 100 86400000");
+    let mut now = unix_ms();
+    for step in 0..600 {
+        if step == 50 {
+            set_both(&mut c, "s SLIDE 100 60000");
+        }
+        now += 1000;
+        let call = |p: &str| format!("RL.HIT {p} user:1 NOW {now}");
+        let (keyed, compact) = (line(&mut c, &call("k")), line(&mut c, &call("c")));
+        assert_eq!(
+            format!("{keyed:?}"),
+            format!("{compact:?}"),
+            "step {step}: {}",
+            call("c")
+        );
+    }
+}
+
 #[rstest]
 fn the_storage_of_a_policy_does_not_change_under_its_name(server: Server) {
     let mut c = server.conn();

@@ -427,6 +427,20 @@ impl SlidingLog {
         Some(retention)
     }
 
+    /// Drops the records that only its retention counts (older than its own longest
+    /// window), keeping the retention's windows: its answers under its own windows, and
+    /// when it is empty again, unchanged. What a compact policy's family does with a log
+    /// past the bytes an entry holds (a window narrowed: a keyed log keeps the wider one's
+    /// records for as long as it lasts, should it come back).
+    pub fn shed_retained(&mut self) {
+        if self.retention().is_empty() {
+            return;
+        }
+        let keep = Duration::from_ms(self.own_longest());
+        self.trim_before((self.latest + Duration::from_ms(1)).saturating_sub(keep));
+        self.settle_shape();
+    }
+
     /// Drops the records older than `cutoff`. O(log n), and frees a bounded number of
     /// chunks (see [`Chunks::drop_front`]); called with nothing to drop, it frees some of
     /// what earlier calls left.

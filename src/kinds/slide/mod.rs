@@ -155,6 +155,10 @@ impl Rate for SlidingLog {
     const EFFECT_CODE: u8 = 1;
     type Args = Windows;
 
+    fn shed(&mut self) {
+        self.shed_retained();
+    }
+
     /// A compact policy keeps a subject's log in its entry: at most
     /// [`MAX_LIMIT_IN_COMPACT`] requests a window (a log of at most about 600 bytes).
     fn in_compact(args: &Windows) -> Result<(), Error> {

@@ -781,3 +781,43 @@ proptest! {
         }
     }
 }
+
+/// A log narrowed from a day's window to a minute's keeps the day's records for its
+/// retention; shed of them, it answers the minute's calls, peeks and empty time the same.
+#[test]
+fn a_log_shed_of_its_retention_answers_its_own_windows_the_same() {
+    use crate::core::codec::Reader;
+    use crate::core::kind::Encoding;
+    use crate::core::limit::Limit;
+    let t0 = Instant::from_ms(1_700_000_000_000);
+    let (day, minute) = ([w(100, 86_400_000)], [w(100, 60_000)]);
+    let mut log = SlidingLog::new(&day);
+    for i in 0..50u64 {
+        assert!(log.record(t0 + i * 1000, &day, 1));
+    }
+    for i in 50..400u64 {
+        log.record(t0 + i * 1000, &minute, 1);
+    }
+    assert!(!log.retention().is_empty());
+    let mut shed = log.clone();
+    shed.shed_retained();
+    assert!(shed.len() < log.len(), "{} records, {}", shed.len(), log.len());
+    assert_eq!(shed.retention(), log.retention());
+    assert_eq!(shed.empty_at(), log.empty_at());
+    for dt in [0u64, 1, 999, 30_000, 60_000, 3_600_000] {
+        let now = t0 + 400_000 + dt;
+        for cost in [0, 1, 5, 100, 101] {
+            assert_eq!(
+                shed.evaluate(now, &minute, cost),
+                log.evaluate(now, &minute, cost),
+                "{dt} {cost}"
+            );
+        }
+        assert_eq!(shed.peek(now), log.peek(now), "{dt}");
+    }
+    // Read back by its validating constructor.
+    let mut bytes = Vec::new();
+    shed.encode(&mut bytes);
+    let back = SlidingLog::decode(SlidingLog::VERSION, &mut Reader::new(&bytes));
+    assert!(back.is_ok(), "{back:?}");
+}

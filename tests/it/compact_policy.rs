@@ -392,7 +392,8 @@ fn families_replicate_and_persist_as_they_are(server: Server) {
 
 #[test]
 fn families_come_back_from_the_aof_and_its_rewrite() {
-    let mut server = Server::start(&["--appendonly", "yes"]);
+    // Every write in the AOF before its reply (a crash follows).
+    let mut server = Server::start(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mut c = server.conn();
     ok(
         &mut c,

@@ -221,7 +221,16 @@ fn replicas_reloads_and_restarts_keep_the_bans(server: Server) {
 
 #[test]
 fn the_aof_and_its_rewrite_keep_bans_and_shadow_policies() {
-    let mut s = Server::start(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
+    // Every write in the AOF before its reply (a crash follows; `everysec` may hold one
+    // back while a fsync runs).
+    let mut s = Server::start(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--aof-use-rdb-preamble",
+        "no",
+    ]);
     let mut c = s.conn();
     ok(
         &mut c,

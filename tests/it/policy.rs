@@ -259,7 +259,8 @@ fn policies_survive_the_rdb_a_reload_and_restarts() {
 
 #[rstest]
 fn policies_survive_the_aof_and_its_rewrite() {
-    let mut s = Server::start(&["--appendonly", "yes"]);
+    // Every write in the AOF before its reply (a crash follows).
+    let mut s = Server::start(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mut c = s.conn();
     some_policies(&mut c);
     let before = state(&mut c);
@@ -447,7 +448,15 @@ fn rl_top_forgets_what_is_older_than_its_window() {
 
 #[rstest]
 fn a_rewrite_without_rdb_preamble_holds_the_policies_with_its_first_key() {
-    let mut s = Server::start(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
+    // Every write in the AOF before its reply (a crash follows).
+    let mut s = Server::start(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--aof-use-rdb-preamble",
+        "no",
+    ]);
     let mut c = s.conn();
     some_policies(&mut c);
     let rewriting = |c: &mut Connection| {

@@ -81,7 +81,8 @@ fn refuses_what_it_cannot_take(server: Server) {
 /// effect, never recomputed with another clock.
 #[test]
 fn replicas_and_the_aof_hold_the_primarys_state() {
-    let primary = Server::start(&["--appendonly", "yes"]);
+    // Every write in the AOF before its reply (a crash follows).
+    let primary = Server::start(&["--appendonly", "yes", "--appendfsync", "always"]);
     let replica = primary.replica();
     let (mut p, mut r) = (primary.conn(), replica.conn());
     let t = unix_ms() + 10_000;

@@ -456,12 +456,14 @@ impl Subjects {
     }
 
     /// [`Subjects::read`] at `place` ([`Subjects::locate`]'s).
+    #[inline]
     pub fn read_at(&self, place: Place, out: &mut [Option<Held>]) -> Option<Instant> {
         let (state, empty_at) = self.0.family.state_at_place(place)?;
         self.unpack(state, out)?;
         Some(empty_at)
     }
 
+    #[inline]
     fn unpack(&self, state: &[u8], out: &mut [Option<Held>]) -> Option<usize> {
         let set = self.0.sets.get(usize::from(*state.first()?))?;
         unpack_with(&set.params, self.0.shape, state, out)

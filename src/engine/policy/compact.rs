@@ -119,8 +119,7 @@ pub(super) fn run(
             cost,
             clock,
             &mut effect,
-        )
-        .map(Ran::Alone),
+        ),
         _ => decide(
             &mut key,
             policy,
@@ -143,6 +142,7 @@ pub(super) fn run(
 
 /// The family as the policy's `layout` has it (made, or its layout changed as the policy's
 /// limiters did), written to `effect`; and whether it changed.
+#[inline(always)]
 fn family_for<'k>(
     held: Option<&'k mut Subjects>,
     fresh: &'k mut Option<Subjects>,
@@ -185,7 +185,7 @@ fn decide_alone(
     cost: u64,
     clock: Clock,
     effect: &mut EffectWriter,
-) -> Result<Reply, Error> {
+) -> Result<Ran, Error> {
     let ops = effect.len();
     let Some(m) = members.first() else {
         return Err(Error::Internal("RL.HIT"));
@@ -200,11 +200,11 @@ fn decide_alone(
             let mut one = [None];
             let held_until = s.read_at(place, &mut one);
             let [state] = one;
-            let ran = m
-                .prepared
-                .alone_packed(state.as_ref(), cost, clock)
-                .ok_or_else(|| Error::Internal("RL.HIT"))?
-                .map_err(|e| named(policy, members, subject, 0, e))?;
+            let ran = match m.prepared.alone_packed(state.as_ref(), cost, clock) {
+                Some(Ok(ran)) => ran,
+                Some(Err(e)) => return Err(named(policy, members, subject, 0, e)),
+                None => return Err(Error::Internal("RL.HIT")),
+            };
             if ran.slot.unfit {
                 return Err(Refused::Unfit.error());
             }
@@ -215,7 +215,7 @@ fn decide_alone(
             }
             let swept = s.sweep(clock.server, |gone| effect.forget(gone));
             changed |= swept.is_some_and(|n| n > 0);
-            Ok(ran.reply)
+            Ok(Ran::Alone(ran.reply))
         })();
         (decided, before, s.expires(), changed)
     };
@@ -332,7 +332,7 @@ fn record(
 
 /// Stores a new family `fresh` in `key` unless it holds nothing (its effect then dropped
 /// back to `ops` bytes), and settles a changed one (`before` and `expires` its expiry).
-#[inline]
+#[inline(always)]
 fn keep(
     key: &Key,
     fresh: &mut Option<Subjects>,

@@ -238,6 +238,15 @@ pub fn slot_tag(of: u16) -> Option<&'static [u8]> {
     tag.get(..usize::from(*len)).filter(|t| !t.is_empty())
 }
 
+/// [`slot_tag`] as three bytes (zeros after the tag) and its length: what a family key
+/// copies at a known size.
+fn slot_tag_padded(of: u16) -> Option<([u8; 3], usize)> {
+    let tag = slot_tag(of)?;
+    let mut padded = [0u8; 3];
+    padded.get_mut(..tag.len())?.copy_from_slice(tag);
+    Some((padded, tag.len()))
+}
+
 /// Writes the key of limiter `limiter` (of kind `kind`, its keyword, written in lower case) of policy
 /// `policy` for `subject` into `out`: `policy|limiter|kind|{subject}`, or
 /// `policy|limiter|kind|=subject` when the subject has a hash tag (its tag places the key).
@@ -318,17 +327,19 @@ impl KeyBytes<MAX_FAMILY_KEY> {
             true => slot(subject),
             false => slot_of_bytes(subject),
         };
-        let tag = slot_tag(slot).unwrap_or_default();
-        let (n, t) = (policy.len(), tag.len());
-        match key.bytes.get_mut(..n + 4 + t + 1) {
-            Some(b) => {
-                let (name, rest) = b.split_at_mut(n);
+        let ([a, b, c], t) = slot_tag_padded(slot).unwrap_or_default();
+        let n = policy.len();
+        // `|~|{`, the tag and `}` in eight bytes written at once (a copy of a size known
+        // here; the tag's padding then cut off with the key's length).
+        let mut tail = [b'|', b'~', b'|', b'{', a, b, c, b'}'];
+        if let Some(close) = tail.get_mut(4 + t) {
+            *close = b'}';
+        }
+        match key.bytes.get_mut(..n + tail.len()) {
+            Some(bytes) => {
+                let (name, rest) = bytes.split_at_mut(n);
                 name.copy_from_slice(policy);
-                let (open, rest) = rest.split_at_mut(4);
-                open.copy_from_slice(b"|~|{");
-                let (tag_bytes, close) = rest.split_at_mut(t);
-                tag_bytes.copy_from_slice(tag);
-                close.copy_from_slice(b"}");
+                rest.copy_from_slice(&tail);
                 key.len = n + 4 + t + 1;
             }
             // Not reached: a policy's name is at most 64 bytes.

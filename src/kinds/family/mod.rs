@@ -1007,6 +1007,8 @@ pub struct FamilyEffect;
 ///   family of entries of their own lengths ([`Subjects::variable`]), `entry` is its length
 ///   (a varint) and its bytes;
 /// - `4 len subject empty_s entry params{2n}`: the same under a new set, its parameters;
+/// - `5 len subject after_s entry`: as `2`, its empty time `after_s` seconds (a varint)
+///   after the effect's time in whole seconds (rounded up);
 /// - `3 len subject`: a subject removed.
 // Read one at a time, on the stack: a box for the parameters would cost an allocation.
 #[allow(clippy::large_enum_variant)]
@@ -1027,6 +1029,7 @@ const LAYOUT: u8 = 1;
 const PUT: u8 = 2;
 const FORGET: u8 = 3;
 const PUT_SET: u8 = 4;
+const PUT_AFTER: u8 = 5;
 
 /// A family's effect: its time, and its operations in bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1164,27 +1167,49 @@ impl EffectWriter {
         new_set: Option<&[Params2]>,
     ) {
         self.start();
-        // The common case, at once: a short subject under a set held, on the stack.
-        let n = 1 + 1 + subject.len() + 4 + entry.len();
-        if let (None, true, true, false) =
-            (new_set, subject.len() < 128, self.spill.is_empty(), sized)
-        {
-            if let Some(b) = self.buf.get_mut(self.len..self.len + n) {
-                let (head, rest) = b.split_at_mut(2);
-                head.copy_from_slice(&[PUT, subject.len() as u8]);
-                let (s, rest) = rest.split_at_mut(subject.len());
-                s.copy_from_slice(subject);
-                let (t, e) = rest.split_at_mut(4);
-                t.copy_from_slice(&Family::seconds(empty_at).to_le_bytes());
-                e.copy_from_slice(entry);
-                self.len += n;
-                return;
+        let secs = Family::seconds(empty_at);
+        // Under a set held, empty at or after the effect's time (the common case): the
+        // seconds after it, in a varint (so that a short subject's effect stays within the
+        // 44 bytes of a string Redis makes in one allocation).
+        let after = match new_set {
+            None => secs.checked_sub(Family::seconds(self.now)),
+            Some(_) => None,
+        };
+        if let Some(after) = after {
+            let (mut delta, mut d) = ([0u8; 5], 0);
+            let mut v = after;
+            while v >= 0x80 && d < 4 {
+                delta[d] = v as u8 | 0x80;
+                v >>= 7;
+                d += 1;
             }
+            delta[d] = v as u8;
+            let delta = &delta[..=d];
+            // At once on the stack: a short subject, an entry of the layout's width.
+            let n = 2 + subject.len() + delta.len() + entry.len();
+            if let (true, true, false) = (subject.len() < 128, self.spill.is_empty(), sized) {
+                if let Some(b) = self.buf.get_mut(self.len..self.len + n) {
+                    let (head, rest) = b.split_at_mut(2);
+                    head.copy_from_slice(&[PUT_AFTER, subject.len() as u8]);
+                    let (s, rest) = rest.split_at_mut(subject.len());
+                    s.copy_from_slice(subject);
+                    let (t, e) = rest.split_at_mut(delta.len());
+                    t.copy_from_slice(delta);
+                    e.copy_from_slice(entry);
+                    self.len += n;
+                    return;
+                }
+            }
+            self.byte(PUT_AFTER);
+            self.varint(subject.len() as u64);
+            self.put(subject);
+            self.put(delta);
+        } else {
+            self.byte(if new_set.is_some() { PUT_SET } else { PUT });
+            self.varint(subject.len() as u64);
+            self.put(subject);
+            self.put(&secs.to_le_bytes());
         }
-        self.byte(if new_set.is_some() { PUT_SET } else { PUT });
-        self.varint(subject.len() as u64);
-        self.put(subject);
-        self.put(&Family::seconds(empty_at).to_le_bytes());
         if sized {
             self.varint(entry.len() as u64);
         }
@@ -1205,7 +1230,11 @@ impl EffectWriter {
 
 /// Reads the next operation of an effect; `shape` the family's layout's as it stands (a
 /// layout operation changes it).
-pub fn next_op<'a>(r: &mut Reader<'a>, shape: &mut Shape) -> Result<Option<Op<'a>>, Malformed> {
+pub fn next_op<'a>(
+    r: &mut Reader<'a>,
+    shape: &mut Shape,
+    now_s: u32,
+) -> Result<Option<Op<'a>>, Malformed> {
     if r.rest().is_empty() {
         return Ok(None);
     }
@@ -1222,11 +1251,17 @@ pub fn next_op<'a>(r: &mut Reader<'a>, shape: &mut Shape) -> Result<Option<Op<'a
             *shape = Shape::of(&layout);
             Op::Layout(layout)
         }
-        code @ (PUT | PUT_SET) => {
+        code @ (PUT | PUT_SET | PUT_AFTER) => {
             let subject = subject(r)?;
-            let secs = u64::from(u32::from_le_bytes(
-                r.bytes(4)?.try_into().map_err(|_| Malformed("cut short"))?,
-            ));
+            let secs = match code {
+                PUT_AFTER => u64::from(now_s)
+                    .checked_add(r.varint()?)
+                    .filter(|&s| s <= u64::from(u32::MAX))
+                    .ok_or(Malformed("a time out of range"))?,
+                _ => u64::from(u32::from_le_bytes(
+                    r.bytes(4)?.try_into().map_err(|_| Malformed("cut short"))?,
+                )),
+            };
             if secs > MAX_TIMESTAMP.ms() / 1000 {
                 return Err(Malformed("a time out of range"));
             }
@@ -1272,26 +1307,26 @@ pub fn next_op<'a>(r: &mut Reader<'a>, shape: &mut Shape) -> Result<Option<Op<'a
 /// Checks an effect's operations against the family `state` (`None`: a missing key), before
 /// any is applied: each readable, a layout before any subject, each entry one a command
 /// writes, under a set the family holds or the effect gives.
-pub fn check(state: Option<&Subjects>, ops: &[u8]) -> Result<(), Error> {
+pub fn check(state: Option<&Subjects>, ops: &[u8], now_s: u32) -> Result<(), Error> {
     let malformed = |e: Malformed| Error::BadPayload(e.0);
     let mut shape = state.map_or(Shape::default(), |s| s.0.shape);
     let mut r = Reader::new(ops);
     let mut relayout = false;
-    while let Some(op) = next_op(&mut r, &mut shape).map_err(malformed)? {
+    while let Some(op) = next_op(&mut r, &mut shape, now_s).map_err(malformed)? {
         relayout |= matches!(op, Op::Layout(_));
     }
     if let (Some(s), true) = (state, relayout) {
         // The layout changes the sets' places: checked on a copy (a change of the policy's
         // limiters, once per family).
         let mut copy = s.clone();
-        return apply(Some(&mut copy), ops).map(|_| ());
+        return apply(Some(&mut copy), ops, now_s).map(|_| ());
     }
     let mut shape = state.map_or(Shape::default(), |s| s.0.shape);
     let mut layout: Option<Box<[Limiter]>> = None;
     // Sets the effect gives, before any entry names them.
     let mut given: smallvec::SmallVec<[(u8, [Params2; MAX_LIMITERS]); 1]> = smallvec::SmallVec::new();
     let mut r = Reader::new(ops);
-    while let Some(op) = next_op(&mut r, &mut shape).map_err(malformed)? {
+    while let Some(op) = next_op(&mut r, &mut shape, now_s).map_err(malformed)? {
         match op {
             Op::Layout(l) => layout = Some(l),
             Op::Put { entry, params, .. } => {
@@ -1366,14 +1401,14 @@ pub fn apply_op(s: &mut Subjects, op: Op<'_>) -> Result<(), Error> {
 
 /// Applies an effect's operations (checked: [`check`]) to a family; a missing one is made
 /// by the first (a layout). `Ok(None)` for a new family that holds nothing after them.
-fn apply(state: Option<&mut Subjects>, ops: &[u8]) -> Result<Option<Subjects>, Error> {
+fn apply(state: Option<&mut Subjects>, ops: &[u8], now_s: u32) -> Result<Option<Subjects>, Error> {
     let malformed = |e: Malformed| Error::BadPayload(e.0);
     let mut r = Reader::new(ops);
     let mut shape = state.as_ref().map_or(Shape::default(), |s| s.0.shape);
     let mut made = None;
     let s = match state {
         Some(s) => s,
-        None => match next_op(&mut r, &mut shape).map_err(malformed)? {
+        None => match next_op(&mut r, &mut shape, now_s).map_err(malformed)? {
             Some(Op::Layout(l)) => made.insert(
                 Subjects::new(l).ok_or_else(|| Error::BadPayload("a layout no compact policy has"))?,
             ),
@@ -1381,7 +1416,7 @@ fn apply(state: Option<&mut Subjects>, ops: &[u8]) -> Result<Option<Subjects>, E
             None => return Ok(None),
         },
     };
-    while let Some(op) = next_op(&mut r, &mut shape).map_err(malformed)? {
+    while let Some(op) = next_op(&mut r, &mut shape, now_s).map_err(malformed)? {
         apply_op(s, op)?;
     }
     Ok(made.filter(|s| !s.is_empty()))
@@ -1457,18 +1492,19 @@ impl Command for FamilyEffect {
         if mode == Mode::Decide {
             return Err(Error::Invalid("RL.FAMILY comes inside RL.APPLY only"));
         }
-        check(state.as_deref(), &call.ops)?;
+        let now_s = Family::seconds(call.now);
+        check(state.as_deref(), &call.ops, now_s)?;
         if mode == Mode::Check {
             return Ok(Ran::unchanged(Reply::Ok));
         }
         let (change, reply) = match state {
             Some(s) => {
                 let before = s.expires();
-                apply(Some(&mut *s), &call.ops)?;
+                apply(Some(&mut *s), &call.ops, now_s)?;
                 let after = s.expires();
                 (kind::Change::Held { before, after }, Reply::Ok)
             }
-            None => match apply(None, &call.ops)? {
+            None => match apply(None, &call.ops, now_s)? {
                 Some(state) => {
                     let empty = state.expires();
                     (kind::Change::New { state, empty }, Reply::Ok)

@@ -98,7 +98,9 @@ proptest! {
         let mut replica = s.clone();
         let mut model: BTreeMap<Vec<u8>, Vec<Option<Held>>> = BTreeMap::new();
         for op in ops {
-            let mut effect = EffectWriter::new(&[], T0);
+            // Its time amid the subjects' empty times: each before it written with its
+            // seconds (op 2), each after it as seconds after it (op 5).
+            let mut effect = EffectWriter::new(&[], T0 + 50_000);
             match op {
                 Op::Put(n, limit, mask, debt, t) => {
                     let subject = format!("subject:{n:04}").into_bytes();
@@ -163,8 +165,9 @@ proptest! {
                 r.bytes(8).unwrap();
             }
             let ops = r.rest();
-            check(Some(&replica), ops).unwrap();
-            if apply(Some(&mut replica), ops).is_err() {
+            let now_s = Family::seconds(T0 + 50_000);
+            check(Some(&replica), ops, now_s).unwrap();
+            if apply(Some(&mut replica), ops, now_s).is_err() {
                 prop_assert!(false, "the replica refused {:?}", ops);
             }
             prop_assert_eq!(encode(&replica), encode(&s));

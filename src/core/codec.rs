@@ -7,6 +7,20 @@
 //! two bytes a record on disk. The reader never trusts a length it has not checked against the
 //! bytes actually present, so damaged input is refused without large allocations or panics.
 
+/// `v` as [`put_varint`] writes it, on the stack: its bytes and how many (1 to 10).
+#[inline(always)]
+pub fn varint_bytes(mut v: u64) -> ([u8; 10], usize) {
+    let mut out = [0u8; 10];
+    let mut n = 0;
+    while v >= 0x80 && n < 9 {
+        out[n] = v as u8 | 0x80;
+        v >>= 7;
+        n += 1;
+    }
+    out[n] = v as u8;
+    (out, n + 1)
+}
+
 /// Appends `v` as an unsigned LEB128 varint.
 pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
@@ -109,16 +123,9 @@ impl<A: smallvec::Array<Item = u8>> Sink for smallvec::SmallVec<A> {
     }
 
     /// On the stack first, then appended at once (a push a byte checks the room each time).
-    fn varint(&mut self, mut v: u64) {
-        let mut out = [0u8; 10];
-        let mut n = 0;
-        while v >= 0x80 && n < 9 {
-            out[n] = v as u8 | 0x80;
-            v >>= 7;
-            n += 1;
-        }
-        out[n] = v as u8;
-        self.extend_from_slice(&out[..=n]);
+    fn varint(&mut self, v: u64) {
+        let (bytes, n) = varint_bytes(v);
+        self.extend_from_slice(bytes.get(..n).unwrap_or_default());
     }
 
     fn full(&self) -> bool {
@@ -239,6 +246,16 @@ impl Default for SmallOut {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_varint_on_the_stack_is_the_one_put_varint_writes() {
+        for v in [0, 1, 127, 128, 300, 1 << 32, u64::MAX >> 1, u64::MAX] {
+            let mut want = Vec::new();
+            put_varint(&mut want, v);
+            let (bytes, n) = varint_bytes(v);
+            assert_eq!(&bytes[..n], &want[..], "{v}");
+        }
+    }
 
     #[test]
     fn refuses_overlong_and_truncated_varints() {

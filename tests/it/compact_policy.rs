@@ -145,15 +145,20 @@ fn compact_and_keyed_policies_answer_alike_at_the_end_of_time(server: Server) {
         now = (now + rng.below(DAY / 4)).min(MAX_TIMESTAMP);
         let subject = subject_of(rng.below(6));
         let cost = [1, 2, 5, 1 << 20, 2_147_483_647][rng.below(5) as usize];
-        let call = |p: &str| format!("RL.HIT {p} {subject} COST {cost} NOW {now}");
-        let (keyed, compact) = (line(&mut c, &call("k")), line(&mut c, &call("c")));
-        assert_eq!(
-            format!("{keyed:?}"),
-            format!("{compact:?}"),
-            "step {step}: {}",
-            call("c")
-        );
+        let hit = format!("{subject} COST {cost} NOW {now}");
+        both_answer_alike(&mut c, &hit, step);
     }
+}
+
+/// `RL.HIT k <rest>` and `RL.HIT c <rest>` answer the same, at `step`.
+fn both_answer_alike(c: &mut Connection, rest: &str, step: usize) {
+    let keyed = line(c, &format!("RL.HIT k {rest}"));
+    let compact = line(c, &format!("RL.HIT c {rest}"));
+    assert_eq!(
+        format!("{keyed:?}"),
+        format!("{compact:?}"),
+        "step {step}: RL.HIT c {rest}"
+    );
 }
 
 /// A SLIDE narrowed (a day's window made a minute's): a keyed log keeps the day's records
@@ -169,14 +174,7 @@ fn a_narrowed_slide_answers_alike_past_what_an_entry_holds(server: Server) {
             set_both(&mut c, "s SLIDE 100 60000");
         }
         now += 1000;
-        let call = |p: &str| format!("RL.HIT {p} user:1 NOW {now}");
-        let (keyed, compact) = (line(&mut c, &call("k")), line(&mut c, &call("c")));
-        assert_eq!(
-            format!("{keyed:?}"),
-            format!("{compact:?}"),
-            "step {step}: {}",
-            call("c")
-        );
+        both_answer_alike(&mut c, &format!("user:1 NOW {now}"), step);
     }
 }
 

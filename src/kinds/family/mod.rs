@@ -25,7 +25,7 @@
 
 use std::borrow::Cow;
 
-use crate::core::codec::{Malformed, Reader, Sink};
+use crate::core::codec::{varint_bytes, Malformed, Reader, Sink};
 use crate::core::effect::Out;
 use crate::core::error::Error;
 use crate::core::family::{self as core_family, Entry, Family, Place};
@@ -294,6 +294,20 @@ impl Put {
     }
 }
 
+/// A packed state from its [`STATE`] bytes (`latest` in 6, `tail` in 8) and its set's
+/// parameters.
+#[inline(always)]
+fn packed_at(s: &[u8], params: Params2) -> Option<Held> {
+    let mut latest = [0u8; 8];
+    latest.get_mut(..6)?.copy_from_slice(s.get(..6)?);
+    let tail = u64::from_le_bytes(s.get(6..)?.try_into().ok()?);
+    Some(Held::Packed((
+        params,
+        Instant::from_ms(u64::from_le_bytes(latest)),
+        tail,
+    )))
+}
+
 /// The states of an entry (`set [mask] state*` of a layout of `shape`) under its set's
 /// `params`, into `out`: the bytes they took.
 fn unpack_with(
@@ -310,17 +324,10 @@ fn unpack_with(
         // Packed states only (the common case, every call): each at its place.
         for (i, slot) in out.iter_mut().enumerate().take(shape.n()) {
             *slot = match mask >> i & 1 {
-                1 => {
-                    let s = state.get(at + STATE * i..at + STATE * (i + 1))?;
-                    let mut latest = [0u8; 8];
-                    latest.get_mut(..6)?.copy_from_slice(s.get(..6)?);
-                    let tail = u64::from_le_bytes(s.get(6..)?.try_into().ok()?);
-                    Some(Held::Packed((
-                        *params.get(i)?,
-                        Instant::from_ms(u64::from_le_bytes(latest)),
-                        tail,
-                    )))
-                }
+                1 => Some(packed_at(
+                    state.get(at + STATE * i..at + STATE * (i + 1))?,
+                    *params.get(i)?,
+                )?),
                 _ => None,
             };
         }
@@ -333,16 +340,7 @@ fn unpack_with(
                 let s = state.get(at..at + STATE)?;
                 at += STATE;
                 match has {
-                    true => {
-                        let mut latest = [0u8; 8];
-                        latest.get_mut(..6)?.copy_from_slice(s.get(..6)?);
-                        let tail = u64::from_le_bytes(s.get(6..)?.try_into().ok()?);
-                        Some(Held::Packed((
-                            *params.get(i)?,
-                            Instant::from_ms(u64::from_le_bytes(latest)),
-                            tail,
-                        )))
-                    }
+                    true => Some(packed_at(s, *params.get(i)?)?),
                     false => None,
                 }
             }
@@ -1132,16 +1130,9 @@ impl EffectWriter {
     }
 
     #[inline(always)]
-    fn varint(&mut self, mut v: u64) {
-        let mut out = [0u8; 10];
-        let mut n = 0;
-        while v >= 0x80 && n < 9 {
-            out[n] = v as u8 | 0x80;
-            v >>= 7;
-            n += 1;
-        }
-        out[n] = v as u8;
-        self.put(&out[..=n]);
+    fn varint(&mut self, v: u64) {
+        let (bytes, n) = varint_bytes(v);
+        self.put(bytes.get(..n).unwrap_or_default());
     }
 
     pub fn layout(&mut self, layout: &[Limiter]) {
@@ -1176,15 +1167,8 @@ impl EffectWriter {
             Some(_) => None,
         };
         if let Some(after) = after {
-            let (mut delta, mut d) = ([0u8; 5], 0);
-            let mut v = after;
-            while v >= 0x80 && d < 4 {
-                delta[d] = v as u8 | 0x80;
-                v >>= 7;
-                d += 1;
-            }
-            delta[d] = v as u8;
-            let delta = &delta[..=d];
+            let (delta, d) = varint_bytes(u64::from(after));
+            let delta = delta.get(..d).unwrap_or_default();
             // At once on the stack: a short subject, an entry of the layout's width.
             let n = 2 + subject.len() + delta.len() + entry.len();
             if let (true, true, false) = (subject.len() < 128, self.spill.is_empty(), sized) {

@@ -63,6 +63,11 @@ STOP_WAIT=10 # valgrind writes its last dump
 #           new=<live case>: the keys of <live case> are in place (warmed again if that
 #                   case did not just run), and the case runs with -r 1000000000 on another
 #                   prefix: every call creates a key (about 0.2 collisions in 20,000);
+#           spread:<ms>: as hot, each of the 200 calls with a NOW <ms> after the one before,
+#                   the last a second before the window: a sliding log then holds 100
+#                   records (1000), or one of 100 requests (0), whatever the warm-up's
+#                   speed (a hot SLIDE's pipelined calls span a few milliseconds: a record
+#                   each, how many depends on the machine's load);
 #           none:   FLUSHALL only;
 #           fill:<command>: FLUSHALL, then <command> once for each of the 100,000 numbers
 #                   __rand_int__ stands for with -r 100000 (e.g. 100,000 leases in one key,
@@ -158,10 +163,13 @@ CASES=(
   # A SLIDE limiter of at most 100 requests, as a compact policy holds one: keyed and
   # compact, a log of 100 requests refused, logs of a few requests among 100,000 subjects,
   # a new subject's log of one.
-  "hit-slide-hot-refuse  | hot             | 0   | -      | slide-hot-refuse          | 100 | RL.HIT pslr u"
+  "hit-slide-hot-refuse  | spread:0        | 0   | -      | slide-hot-refuse          | 100 | RL.HIT pslr u"
   "hit-slide-live        | live            | 1   | -      | slide-live                | 100 | RL.HIT psll k:__rand_int__"
   "hit-slide-new         | new=hit-slide-live | 1 | -     | slide-new                 | 100 | RL.HIT psll n:__rand_int__"
-  "chit-slide-hot-refuse | hot             | 0   | -      | hit-slide-hot-refuse      | 100 | RL.HIT cslr u"
+  "chit-slide-hot-refuse | spread:0        | 0   | -      | hit-slide-hot-refuse      | 100 | RL.HIT cslr u"
+  # Refused on a log of 100 records (one a second), as a full log is under real traffic.
+  "hit-slide-full-refuse  | spread:1000     | 0   | -      | slide-hot-refuse          | 100 | RL.HIT pslr u"
+  "chit-slide-full-refuse | spread:1000     | 0   | -      | hit-slide-full-refuse     | 100 | RL.HIT cslr u"
   "chit-slide-live       | live            | 1   | -      | hit-slide-live            | 100 | RL.HIT csll k:__rand_int__"
   "chit-slide-new        | new=chit-slide-live | 1 | -    | hit-slide-new             | 100 | RL.HIT csll n:__rand_int__"
 
@@ -341,6 +349,22 @@ LAST_LIVE=
 warm() {
   local i=$1 shape=${SHAPES[$1]} live setup
   case $shape in
+    spread:*)
+      # The hot key's calls <ms> apart by their NOW (the last <ms> before the window, all
+      # at that time for 0): what a sliding log holds does not depend on how many
+      # milliseconds the pipelined warm-up took.
+      rcli FLUSHALL SYNC >/dev/null
+      command_words "${CMDS[i]}"
+      live="${WORDS[*]}"
+      local now_ms step=${shape#spread:}
+      # (Milliseconds past 2^31: %.0f, where mawk's %d stops.)
+      now_ms=$(rcli TIME | awk 'NR == 1 { s = $1 } NR == 2 { printf "%.0f", s * 1000 + int($1 / 1000) }')
+      awk -v cmd="$live" -v now="$now_ms" -v n="$WARM_HOT" -v step="$step" \
+        'BEGIN { for (k = n; k > 0; k--) printf "%s NOW %.0f\n", cmd, now - 1000 - step * (k - 1) }' | pipe_in
+      # The log holds what the case says: its key (or subject) refuses, 100 requests used.
+      [[ $(rcli "${WORDS[@]}" | head -n 1) == 0 ]] || die "case ${NAMES[i]}: the warm-up left a call allowed"
+      LAST_LIVE=
+      ;;
     hot | hot:*)
       rcli FLUSHALL SYNC >/dev/null
       if [[ $shape == hot:* ]]; then

@@ -50,9 +50,26 @@ impl<'a> Reader<'a> {
         Ok(b)
     }
 
-    /// One varint, in one pass over at most ten bytes.
+    /// One varint: one or two bytes at once (most of what the kinds write: counts, units,
+    /// a record's milliseconds after the one before), else [`Reader::varint_long`].
     #[inline(always)]
     pub fn varint(&mut self) -> Result<u64, Malformed> {
+        match *self.bytes {
+            [b, ref rest @ ..] if b < 0x80 => {
+                self.bytes = rest;
+                Ok(u64::from(b))
+            }
+            [b0, b1, ref rest @ ..] if b1 < 0x80 => {
+                self.bytes = rest;
+                Ok(u64::from(b0 & 0x7f) | u64::from(b1) << 7)
+            }
+            _ => self.varint_long(),
+        }
+    }
+
+    /// One varint of any length, in one pass over at most ten bytes.
+    #[inline]
+    fn varint_long(&mut self) -> Result<u64, Malformed> {
         let mut v: u64 = 0;
         for (i, &b) in self.bytes.iter().take(10).enumerate() {
             let part = u64::from(b & 0x7f);
@@ -202,6 +219,14 @@ impl Sink for SmallOut {
 
     #[inline(always)]
     fn varint(&mut self, mut v: u64) {
+        if v < 0x80 && !self.overflowed {
+            // One byte (most of what the kinds write).
+            if let Some(slot) = self.buf.get_mut(self.len) {
+                *slot = v as u8;
+                self.len += 1;
+                return;
+            }
+        }
         let mut len = self.len;
         if !self.overflowed && len + 10 <= SMALL_OUT {
             // Room for the longest varint: written in place.
@@ -254,6 +279,19 @@ mod tests {
             put_varint(&mut want, v);
             let (bytes, n) = varint_bytes(v);
             assert_eq!(&bytes[..n], &want[..], "{v}");
+        }
+    }
+
+    #[test]
+    fn short_varints_read_back_as_written() {
+        // One and two bytes (read at once), three (the loop), each followed by another.
+        for v in (0..20_000).chain([1 << 14, (1 << 21) - 1, 1 << 21]) {
+            let mut bytes = Vec::new();
+            put_varint(&mut bytes, v);
+            put_varint(&mut bytes, 5);
+            let mut r = Reader::new(&bytes);
+            assert_eq!((r.varint(), r.varint()), (Ok(v), Ok(5)), "{v}");
+            assert!(r.finish().is_ok());
         }
     }
 

@@ -351,6 +351,64 @@ impl Family {
         Some((state, time.try_into().ok()?))
     }
 
+    /// The state of the entry at `place` (located in this family as it is) written again
+    /// as `state`, in place: its bytes and the empty time kept (the later of its own and
+    /// `empty_at`, in whole seconds); `None`, nothing changed, for a state that does not take
+    /// the same room (in a variable family, a length rounded to another [`room`]).
+    pub fn rewrite_at(
+        &mut self,
+        place: Place,
+        state: &[u8],
+        empty_at: Instant,
+    ) -> Option<(&[u8], u32)> {
+        if !place.found || !self.fits(state) {
+            return None;
+        }
+        let (at, width, _) = self.state_span(place.state_at)?;
+        let same = match self.variable() {
+            true => len_bytes(width) == len_bytes(state.len()) && room(width) == room(state.len()),
+            false => true,
+        };
+        if !same {
+            return None;
+        }
+        let time = at + self.room_of(width);
+        let old: [u8; 4] = self.arena.get(time..time + 4)?.try_into().ok()?;
+        let kept = seconds(empty_at).max(u32::from_le_bytes(old));
+        self.rewrite(place.state_at, state, kept)?;
+        Some((self.arena.get(at..at + state.len())?, kept))
+    }
+
+    /// The room a state of `len` bytes takes after its length.
+    fn room_of(&self, len: usize) -> usize {
+        match self.variable() {
+            true => room(len),
+            false => len,
+        }
+    }
+
+    /// Writes `state` and the empty time `secs` at `at`, where a state of the same room
+    /// starts (its length first, in a variable family); `None` out of the arena's bounds
+    /// (not reached: callers found the entry).
+    fn rewrite(&mut self, mut at: usize, state: &[u8], secs: u32) -> Option<()> {
+        if self.variable() {
+            let mut head = SmallVec::<[u8; 2]>::new();
+            push_len(&mut head, state.len());
+            self.arena
+                .get_mut(at..at + head.len())?
+                .copy_from_slice(&head);
+            at += head.len();
+        }
+        let room = self.room_of(state.len());
+        let s = self.arena.get_mut(at..at + room + 4)?;
+        let (s, time) = s.split_at_mut(room);
+        let (bytes, pad) = s.split_at_mut(state.len());
+        bytes.copy_from_slice(state);
+        pad.fill(0);
+        time.copy_from_slice(&secs.to_le_bytes());
+        Some(())
+    }
+
     /// An empty time as a family keeps it (whole seconds, rounded up), and back.
     pub fn seconds(at: Instant) -> u32 {
         seconds(at)
@@ -400,30 +458,9 @@ impl Family {
                 None => return false,
             };
             if old == size {
-                // In place: the same subject, a state of the same room (its length written
-                // again in a variable family, the same number of bytes).
-                let mut at = offset + len_bytes(subject.len()) + subject.len();
-                let room = match self.variable() {
-                    true => {
-                        let mut head = SmallVec::<[u8; 2]>::new();
-                        push_len(&mut head, state.len());
-                        if let Some(h) = self.arena.get_mut(at..at + head.len()) {
-                            h.copy_from_slice(&head);
-                        }
-                        at += head.len();
-                        room(state.len())
-                    }
-                    false => state.len(),
-                };
-                if let Some(s) = self.arena.get_mut(at..at + room) {
-                    let (bytes, pad) = s.split_at_mut(state.len());
-                    bytes.copy_from_slice(state);
-                    pad.fill(0);
-                }
-                if let Some(t) = self.arena.get_mut(at + room..at + room + 4) {
-                    t.copy_from_slice(&seconds(empty_at).to_le_bytes());
-                }
-                return true;
+                // In place: the same subject, a state of the same room.
+                let at = offset + len_bytes(subject.len()) + subject.len();
+                return self.rewrite(at, state, seconds(empty_at)).is_some();
             }
             // A state of another length (a variable family): the entry written anew at the
             // arena's end, its old bytes dead.

@@ -509,7 +509,24 @@ impl<T: Copy + Default + Send + 'static> Chunks<T> {
 
     /// Appends `value`. Copies at most [`FIRST_MAX_BYTES`] (regrowing the first buffer), and
     /// otherwise at most allocates one chunk.
+    #[inline]
     pub fn push_back(&mut self, value: T) {
+        let p = self.tail();
+        // Usually into the last chunk, which has room.
+        if let Some(last) = self.index.last_mut() {
+            let slot = p.checked_sub(last.start);
+            if let Some(slot) = slot.and_then(|i| last.slots.get_mut(usize::try_from(i).ok()?)) {
+                *slot = value;
+                self.len += 1;
+                return;
+            }
+        }
+        self.push_back_grown(value);
+    }
+
+    /// [`Chunks::push_back`] where the last chunk has no room for it.
+    #[inline(never)]
+    fn push_back_grown(&mut self, value: T) {
         let p = self.tail();
         if p >= self.end() {
             self.grow();
@@ -534,6 +551,22 @@ impl<T: Copy + Default + Send + 'static> Chunks<T> {
         if let Some(slot) = slot {
             *slot = value;
             self.len += 1;
+        }
+    }
+
+    /// Makes room for `additional` more values at once while they all fit in the first
+    /// buffer ([`FIRST_MAX_BYTES`]): one allocation for a log read back whole, instead of
+    /// a regrowth every size class. Past that, pushes grow it as ever.
+    pub fn reserve(&mut self, additional: usize) {
+        let size = std::mem::size_of::<T>().max(1);
+        let wanted = (self.len + additional).saturating_mul(size);
+        let spare = self.end().saturating_sub(self.tail());
+        if additional as u64 <= spare || wanted > FIRST_MAX_BYTES || self.index.len() > 1 {
+            return;
+        }
+        match self.index.len() {
+            0 => self.append_chunk(class_ceil(wanted) / size),
+            _ => self.relocate(class_ceil(wanted) / size),
         }
     }
 

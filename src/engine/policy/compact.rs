@@ -308,8 +308,9 @@ fn record(
     empty: Instant,
     effect: &mut EffectWriter,
 ) -> Result<(), Error> {
+    let sized = s.variable();
     if let Some((entry, kept)) = s.update(place, packed, empty) {
-        effect.put_entry(subject, kept, (entry, false), None);
+        effect.put_entry(subject, kept, (entry, sized), None);
         return Ok(());
     }
     let params: SmallVec<[Params2; 4]> = packed
@@ -321,12 +322,7 @@ fn record(
         .put_at(place, subject, set, packed, empty)
         .map_err(Refused::error)?;
     let new_set = put.new_set.then_some(&params[..]);
-    effect.put_entry(
-        subject,
-        put.empty_at,
-        (put.as_bytes(), s.variable()),
-        new_set,
-    );
+    effect.put_entry(subject, put.empty_at, (put.as_bytes(), sized), new_set);
     Ok(())
 }
 

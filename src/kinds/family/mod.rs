@@ -498,8 +498,9 @@ impl Subjects {
 
     /// [`Subjects::put`] in place, for a subject it holds under a set of the same
     /// parameters (the common case: a subject hit again under the same numbers): the entry
-    /// as written and the empty time kept; `None`, nothing changed, otherwise (and for a
-    /// layout of entries of their own lengths, which [`Subjects::put_at`] writes).
+    /// as written and the empty time kept; `None`, nothing changed, otherwise (and for an
+    /// entry of its own length that no longer takes the same room, which
+    /// [`Subjects::put_at`] moves).
     pub fn update(
         &mut self,
         place: Place,
@@ -507,8 +508,11 @@ impl Subjects {
         empty_at: Instant,
     ) -> Option<(&[u8], Instant)> {
         let n = self.0.layout.len();
-        if states.len() != n || self.0.shape.variable() {
+        if states.len() != n {
             return None;
+        }
+        if self.0.shape.variable() {
+            return self.update_sized(place, states, empty_at);
         }
         let Inner {
             family,
@@ -549,6 +553,39 @@ impl Subjects {
         }
         let kept = Family::seconds(empty_at).max(u32::from_le_bytes(*time));
         *time = kept.to_le_bytes();
+        *expires_s = (*expires_s).max(kept);
+        Some((entry, Instant::from_ms(u64::from(kept) * 1000)))
+    }
+
+    /// [`Subjects::update`] in a family of entries each of their own length: written
+    /// again in place when the entry takes the same room (a log grown or shrunk within its
+    /// rounding, or the same length).
+    fn update_sized(
+        &mut self,
+        place: Place,
+        states: &[Option<Held>],
+        empty_at: Instant,
+    ) -> Option<(&[u8], Instant)> {
+        let Inner {
+            family,
+            sets,
+            expires_s,
+            shape,
+            ..
+        } = &mut self.0;
+        let (old, _) = family.state_at_place(place)?;
+        let index = *old.first()?;
+        let set = sets.get(usize::from(index))?;
+        let same = states.iter().enumerate().all(|(i, s)| {
+            let params = s.as_ref().map_or(Params2::default(), Held::params);
+            set.params.get(i) == Some(&params)
+        });
+        if !same {
+            return None;
+        }
+        let mut entry = EntryBytes::new();
+        write_entry(index, *shape, states, &mut entry).ok()?;
+        let (entry, kept) = family.rewrite_at(place, &entry, empty_at)?;
         *expires_s = (*expires_s).max(kept);
         Some((entry, Instant::from_ms(u64::from(kept) * 1000)))
     }

@@ -122,13 +122,13 @@ proptest! {
                         .map(|s| s.as_ref().map_or(Params2::default(), Held::params))
                         .collect();
                     let place = s.locate(&subject);
+                    let sized = s.variable();
                     if let Some((entry, kept)) = s.update(place, &states, at + 1000) {
                         let entry = entry.to_vec();
-                        effect.put_entry(&subject, kept, (&entry, false), None);
+                        effect.put_entry(&subject, kept, (&entry, sized), None);
                     } else {
                         let set = s.set_for(&params).unwrap();
                         let put = s.put_at(place, &subject, set, &states, at + 1000).unwrap();
-                        let sized = s.variable();
                         effect.put_entry(&subject, put.empty_at, (put.as_bytes(), sized), put.new_set.then_some(&params[..]));
                     }
                     model.insert(subject, states);
@@ -246,4 +246,32 @@ fn a_family_value_takes_no_storage_tag_from_another_kind() {
         crate::core::chunks::class_ceil(size),
         "{size}"
     );
+}
+
+#[test]
+fn a_log_within_its_room_is_written_in_place() {
+    crate::install();
+    let mut s = Subjects::new(layout(&[("s", SLIDE)])).unwrap();
+    let one = [Some(slide(5, T0, 1))];
+    let set = s.set_for(&[Params2::default()]).unwrap();
+    s.put(b"x", set, &one, T0 + 1000).unwrap();
+    let before = encode(&s);
+    // A log one record longer (the one request a millisecond later) takes the same room:
+    // written in place, its empty time the later one; the family as a put makes it.
+    let two = [Some(slide(5, T0 + 1, 2))];
+    let place = s.locate(b"x");
+    let (_, kept) = s.update(place, &two, T0 + 5000).unwrap();
+    assert_eq!(kept, Instant::from_ms((T0 + 5000).ms().div_ceil(1000) * 1000));
+    let mut put = Subjects::new(layout(&[("s", SLIDE)])).unwrap();
+    put.put(b"x", set, &two, T0 + 5000).unwrap();
+    assert_eq!(encode(&s), encode(&put));
+    assert_ne!(encode(&s), before);
+    let mut out = [None];
+    assert_eq!(s.read(b"x", &mut out), Some(kept));
+    assert_eq!(out, two);
+    // One of another room is not: the put moves it.
+    let long = [Some(slide(40, T0 + 40, 40))];
+    assert!(s.update(place, &long, T0 + 5000).is_none());
+    assert_eq!(s.read(b"x", &mut out), Some(kept));
+    assert_eq!(out, two);
 }

@@ -209,6 +209,8 @@ impl SlidingLog {
         }
         let mut log = SlidingLog::new(windows);
         log.latest = latest;
+        let records = records.into_iter();
+        log.reserve(records.size_hint().1.unwrap_or(0));
         let mut total: u64 = 0;
         let mut oldest = None;
         for (at, units) in records {
@@ -219,8 +221,10 @@ impl SlidingLog {
             if total > MAX_LIMIT {
                 return Err(Corrupt("too many units"));
             }
+            // (The first record is the log's first entry: every record is one.)
+            let after_first = oldest.is_some();
             let first = *oldest.get_or_insert(at);
-            if !log.body.is_empty() && at <= log.newest {
+            if after_first && at <= log.newest {
                 return Err(Corrupt("records out of order"));
             }
             if (at - first).ms() >= MAX_WINDOW_MS || at > latest {
@@ -233,6 +237,19 @@ impl SlidingLog {
             log.newest = at;
         }
         Ok(log)
+    }
+
+    /// Makes room for `records` more at once (a log read back whole): spilled now if they
+    /// will not fit beside its windows, its records' chunks sized for them.
+    fn reserve(&mut self, records: usize) {
+        if let Body::Small(s) = &self.body {
+            if Small::fits(usize::from(s.nwin), usize::from(s.len) + records) {
+                return;
+            }
+        }
+        if let Some(big) = self.spill() {
+            big.entries.reserve(records);
+        }
     }
 
     /// The windows the log last recorded under (or was created with).
@@ -473,13 +490,19 @@ impl SlidingLog {
 
     /// Appends a record; a small log full with its windows spills.
     fn push_entry(&mut self, e: Entry) {
-        if let Body::Small(s) = &mut self.body {
-            let len = usize::from(s.len);
-            if Small::fits(usize::from(s.nwin), len + 1) {
-                if let Some(slot) = s.slots.get_mut(len) {
-                    *slot = e;
-                    s.len += 1;
-                    return;
+        match &mut self.body {
+            Body::Big(b) => {
+                b.entries.push_back(e);
+                return;
+            }
+            Body::Small(s) => {
+                let len = usize::from(s.len);
+                if Small::fits(usize::from(s.nwin), len + 1) {
+                    if let Some(slot) = s.slots.get_mut(len) {
+                        *slot = e;
+                        s.len += 1;
+                        return;
+                    }
                 }
             }
         }

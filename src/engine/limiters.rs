@@ -192,16 +192,24 @@ where
         let run = || -> Result<AloneRan, Error> {
             let mut held = match state {
                 Some(h) => {
-                    Some(slot::state_of::<C::Kind>(h).ok_or_else(|| Error::Internal("RL.HIT"))?)
+                    Some(slot::take_state::<C::Kind>(h).ok_or_else(|| Error::Internal("RL.HIT"))?)
                 }
                 None => None,
             };
             let ran = C::run(held.as_mut(), &call, clock, Mode::Decide)?;
             // What the run changed is stored (as a key's state would be written), not
-            // compared with what the entry held.
+            // compared with what the entry held. A state the run left as it was is kept
+            // for the next hit (`slot::keep_state`): a subject refused again and again is
+            // read once (kept after a change too, a subject of many seldom hit again would
+            // pay for it at each hit).
             let mut slot = PackedSlot::new(None);
             let recorded = match ran.change {
-                Change::None => None,
+                Change::None => {
+                    if let (Some(h), Some(k)) = (state, held) {
+                        slot::keep_state(h, k);
+                    }
+                    None
+                }
                 Change::Held { after, .. } => {
                     let k = held.as_ref().ok_or_else(|| Error::Internal("RL.HIT"))?;
                     slot.store(k);

@@ -5,6 +5,8 @@
 //! back when it changed, so that a compact policy decides as a keyed one does, by the same
 //! code.
 
+use std::any::Any;
+use std::cell::RefCell;
 use std::ops::{Deref, DerefMut};
 
 use super::call::Storable;
@@ -59,6 +61,64 @@ pub fn state_of<K: Storable>(held: &Held) -> Option<K> {
             Some(state)
         }
     }
+}
+
+/// The state a hit last left of a kind held in its own encoding (a `SLIDE` log), and that
+/// encoding: a subject hit again and again (refused while a client keeps calling) has its
+/// log decoded once, not at each hit. Its bytes are the whole key: a state is what its
+/// encoding decodes to, whichever subject or family holds it. The state is boxed once (an
+/// `Option` taken and put back): no allocation a hit.
+struct Last {
+    bytes: Log,
+    state: Box<dyn Any>,
+}
+
+thread_local! {
+    static LAST: RefCell<Option<Last>> = const { RefCell::new(None) };
+}
+
+/// [`state_of`], but for an encoding the last hit left: its state, taken (no decoding).
+#[inline(always)]
+pub fn take_state<K: Storable>(held: &Held) -> Option<K> {
+    if let Held::Encoded(bytes) = held {
+        let kept = LAST.with(|last| {
+            let mut last = last.try_borrow_mut().ok()?;
+            let last = last.as_mut().filter(|l| l.bytes[..] == bytes[..])?;
+            last.state.downcast_mut::<Option<K>>()?.take()
+        });
+        if kept.is_some() {
+            return kept;
+        }
+    }
+    state_of(held)
+}
+
+/// Keeps `state`, read from `held` (its encoding as a family holds it, and what it decodes
+/// to), for the next hit ([`take_state`]); nothing for a kind of the compact form.
+pub fn keep_state<K: Storable>(held: &Held, state: K) {
+    let Held::Encoded(bytes) = held else {
+        return;
+    };
+    LAST.with(|last| {
+        let Ok(mut last) = last.try_borrow_mut() else {
+            return;
+        };
+        match last.as_mut() {
+            Some(l) if l.state.is::<Option<K>>() => {
+                if let Some(slot) = l.state.downcast_mut::<Option<K>>() {
+                    *slot = Some(state);
+                }
+                l.bytes.clear();
+                l.bytes.extend_from_slice(bytes);
+            }
+            _ => {
+                *last = Some(Last {
+                    bytes: Log::from_slice(bytes),
+                    state: Box::new(Some(state)),
+                })
+            }
+        }
+    });
 }
 
 /// Where a limiter's state is: a key, for the server ([`Key`]), or a test's store. The
@@ -176,5 +236,52 @@ impl Slot for PackedSlot {
             true => Err(Error::Internal("RL.HIT")),
             false => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::limit::Limit;
+    use crate::kinds::slide::{SlidingLog, Window};
+
+    fn held(log: &SlidingLog) -> Held {
+        held_of(log).unwrap()
+    }
+
+    #[test]
+    fn a_kept_state_is_taken_back_for_its_own_bytes_only() {
+        crate::install();
+        let ws = [Window {
+            limit: 3,
+            window_ms: 1000,
+        }];
+        let t0 = crate::core::Instant::from_ms(1_700_000_000_000);
+        let mut log = SlidingLog::new(&ws);
+        assert!(log.record(t0, &ws, 1));
+        let mine = held(&log);
+        assert!(log.record(t0 + 5, &ws, 1));
+        let other = held(&log);
+        // Kept for `mine`: taken once for `mine` (the state itself, its encoding that one),
+        // then read again; `other`'s bytes decode as ever.
+        let kept: SlidingLog = take_state(&mine).unwrap();
+        keep_state(&mine, kept);
+        let back: SlidingLog = take_state(&other).unwrap();
+        assert_eq!(held(&back), other);
+        let back: SlidingLog = take_state(&mine).unwrap();
+        assert_eq!(held(&back), mine);
+        let again: SlidingLog = take_state(&mine).unwrap();
+        assert_eq!(held(&again), mine);
+        // Another kind's state kept under the same bytes is not taken for this one.
+        let bucket =
+            crate::kinds::token::Token(crate::core::gcra::Gcra::new(&crate::core::gcra::Params {
+                limit: 3,
+                window_ms: 1000,
+                burst: 3,
+                max_delay_ms: 0,
+            }));
+        keep_state(&mine, bucket);
+        let back: SlidingLog = take_state(&mine).unwrap();
+        assert_eq!(held(&back), mine);
     }
 }

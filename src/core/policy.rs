@@ -306,10 +306,25 @@ pub fn write_key(
 /// tag's, when it has one), so that the family lives where the subject's keys would.
 /// `~` is no limiter's name, so no keyed policy's key is a family's.
 pub fn family_key(policy: &[u8], subject: &[u8], out: &mut impl KeyBuf) {
+    family_key_in(policy, slot(subject), out);
+}
+
+/// [`family_key`] of the family in hash slot `slot`.
+fn family_key_in(policy: &[u8], slot: u16, out: &mut impl KeyBuf) {
     out.put(policy);
     out.put(b"|~|{");
-    out.put(slot_tag(slot(subject)).unwrap_or_default());
+    out.put(slot_tag(slot).unwrap_or_default());
     out.put(b"}");
+}
+
+/// The hash slot of the family that holds `subject` (its hash tag's, when `tagged`:
+/// [`check_subject`] said).
+#[inline]
+pub fn family_slot(subject: &[u8], tagged: bool) -> u16 {
+    match tagged {
+        true => slot(subject),
+        false => slot_of_bytes(subject),
+    }
 }
 
 /// The longest family key: a policy's name, `|~|{`, a tag of three, `}`.
@@ -322,11 +337,12 @@ impl KeyBytes<MAX_FAMILY_KEY> {
     /// The key of the family of `subject` under compact policy `policy` ([`family_key`]);
     /// `tagged` whether the subject has a hash tag ([`check_subject`] said).
     pub fn of(policy: &[u8], subject: &[u8], tagged: bool) -> FamilyKey {
+        FamilyKey::of_slot(policy, family_slot(subject, tagged))
+    }
+
+    /// The key of policy `policy`'s family in hash slot `slot` ([`family_slot`]'s).
+    pub fn of_slot(policy: &[u8], slot: u16) -> FamilyKey {
         let mut key = FamilyKey::new();
-        let slot = match tagged {
-            true => slot(subject),
-            false => slot_of_bytes(subject),
-        };
         let ([a, b, c], t) = slot_tag_padded(slot).unwrap_or_default();
         let n = policy.len();
         // `|~|{`, the tag and `}` in eight bytes written at once (a copy of a size known
@@ -343,7 +359,7 @@ impl KeyBytes<MAX_FAMILY_KEY> {
                 key.len = n + 4 + t + 1;
             }
             // Not reached: a policy's name is at most 64 bytes.
-            None => family_key(policy, subject, &mut key),
+            None => family_key_in(policy, slot, &mut key),
         }
         key
     }

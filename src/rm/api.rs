@@ -4,7 +4,7 @@
 //! clients and timers ([`super::blocked`]), the server clock ([`super::server`]).
 
 pub use super::acl::{add_acl_category, may_run, Acl};
-pub use super::arg::{words_into, Arg, OwnedString};
+pub use super::arg::{words_into, Arg, KeptString, OwnedString};
 pub use super::blocked::{
     block_client, blocked_privdata, create_timer, select_db, selected_db, stop_timer, unblock,
     BlockedClient, TimerId,

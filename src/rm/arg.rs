@@ -105,3 +105,41 @@ impl Drop for OwnedString {
         }
     }
 }
+
+/// A string the module keeps past the command that made it (a reference of its own, taken
+/// with no context, as Redis allows), given back on drop; lent to a call as an
+/// [`OwnedString`] holding a reference of its own ([`KeptString::lend`]).
+pub struct KeptString(*mut raw::RedisModuleString);
+
+impl KeptString {
+    /// Keeps `s` (one more reference to the same string).
+    pub fn retain(s: &OwnedString) -> Option<KeptString> {
+        // SAFETY: `s` is alive; with no context, RetainString only counts one more
+        // reference, which this value's drop gives back.
+        unsafe { raw::RedisModule_RetainString?(std::ptr::null_mut(), s.s) };
+        Some(KeptString(s.s))
+    }
+
+    /// The string for one call: a reference of its own, given back when the call drops
+    /// it (the string itself lives while the module keeps it).
+    pub fn lend(&self) -> Option<OwnedString> {
+        // SAFETY: as in `retain`; the OwnedString's drop (FreeString with no context)
+        // gives the reference back.
+        unsafe { raw::RedisModule_RetainString?(std::ptr::null_mut(), self.0) };
+        Some(OwnedString {
+            ctx: std::ptr::null_mut(),
+            s: self.0,
+        })
+    }
+}
+
+impl Drop for KeptString {
+    fn drop(&mut self) {
+        // SAFETY: the reference taken by `retain`, given back once, with no context.
+        unsafe {
+            if let Some(free) = raw::RedisModule_FreeString {
+                free(std::ptr::null_mut(), self.0);
+            }
+        }
+    }
+}

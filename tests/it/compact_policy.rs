@@ -161,6 +161,71 @@ fn both_answer_alike(c: &mut Connection, rest: &str, step: usize) {
     );
 }
 
+/// A subject refused again and again is read once (its log and its family's name kept
+/// for the next hit, keyed by what they are made from): whatever happens between two
+/// refusals (its family deleted, the policy set again with other numbers, deleted and set
+/// again, the same subject refused under another policy between), a compact policy
+/// answers as the keyed one.
+#[rstest]
+fn refusals_answer_alike_whatever_happens_between(server: Server) {
+    let mut c = server.conn();
+    let base = unix_ms();
+    let defs = [
+        ("s SLIDE 3 60000", "s SLIDE 4 60000"),
+        (
+            "s SLIDE 2 60000 t TOKEN 2 60000",
+            "s SLIDE 4 60000 t TOKEN 3 60000",
+        ),
+    ];
+    for (round, (def, other)) in defs.iter().enumerate() {
+        set_both(&mut c, def);
+        ok(&mut c, &format!("RL.POLICY SET o COMPACT {def}"));
+        let mut now = base + 100_000 * round as u64;
+        let mut step = 0;
+        let mut hit = |c: &mut Connection, now: u64| {
+            step += 1;
+            both_answer_alike(c, &format!("user:1 NOW {now}"), step);
+        };
+        for _ in 0..5 {
+            now += 10;
+            hit(&mut c, now);
+        }
+        // The same log under another policy, in the same slot: its own family.
+        for _ in 0..4 {
+            let _ = line(&mut c, &format!("RL.HIT o user:1 NOW {now}"));
+        }
+        hit(&mut c, now + 1);
+        // Its family deleted (keyed: its keys), then hit again.
+        for pattern in ["c|~|*", "k|*"] {
+            let keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query(&mut c).unwrap();
+            assert!(!keys.is_empty(), "{pattern}");
+            let _: i64 = redis::cmd("DEL").arg(&keys).query(&mut c).unwrap();
+        }
+        for _ in 0..5 {
+            now += 10;
+            hit(&mut c, now);
+        }
+        // Set again with other numbers (the same limiters: one removed would forget its
+        // states in a family, where a keyed one's keys stay), then deleted and set again as
+        // it was.
+        set_both(&mut c, other);
+        hit(&mut c, now + 20);
+        for p in ["k", "c"] {
+            let gone: i64 = redis::cmd("RL.POLICY")
+                .arg("DEL")
+                .arg(p)
+                .query(&mut c)
+                .unwrap();
+            assert_eq!(gone, 1, "RL.POLICY DEL {p}");
+        }
+        set_both(&mut c, def);
+        for _ in 0..5 {
+            now += 10;
+            hit(&mut c, now);
+        }
+    }
+}
+
 /// A SLIDE narrowed (a day's window made a minute's): a keyed log keeps the day's records
 /// for the day (its retention, should the day's window come back); a family keeps a log of
 /// at most 1 KB, so it keeps what the minute counts, and answers as the keyed policy does.

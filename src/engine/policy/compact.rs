@@ -15,6 +15,8 @@
 //! server's clock; the family key expires with its last subject (the latest empty time
 //! given).
 
+use std::cell::RefCell;
+
 use redis_module::Context;
 use smallvec::SmallVec;
 
@@ -28,7 +30,7 @@ use crate::engine::limiters::{self as all, Frames, OnEntry, Outcome, Shadow};
 use crate::engine::settle;
 use crate::engine::slot::PackedSlot;
 use crate::kinds::family::{self, EffectWriter, FamilyEffect, Held, Refused, Subjects};
-use crate::rm::api::{self, OwnedString, ALL_INLINE};
+use crate::rm::api::{self, KeptString, OwnedString, ALL_INLINE};
 use crate::rm::key::Key;
 
 /// The family key of `subject` under policy `name`.
@@ -40,6 +42,48 @@ pub fn family_name(
 ) -> Result<OwnedString, Error> {
     let key = def::FamilyKey::of(name, subject, tagged);
     OwnedString::new(ctx, key.as_bytes()).ok_or_else(|| Error::Internal("RL.HIT"))
+}
+
+/// The family key of the last hit that changed nothing (a refusal): its policy, its slot
+/// and its name, kept.
+struct LastFamily {
+    policy: SmallVec<[u8; 32]>,
+    slot: u16,
+    name: KeptString,
+}
+
+thread_local! {
+    static LAST_FAMILY: RefCell<Option<LastFamily>> = const { RefCell::new(None) };
+}
+
+/// The name of policy `policy`'s family in `slot` when the last refusal kept it, lent: a
+/// subject refused again and again (the client a limiter exists for) does not have Redis
+/// make and free its family's name at each refusal.
+fn kept_family_name(policy: &[u8], slot: u16) -> Option<OwnedString> {
+    LAST_FAMILY.with(|last| {
+        let last = last.try_borrow().ok()?;
+        let l = last
+            .as_ref()
+            .filter(|l| l.slot == slot && l.policy[..] == *policy)?;
+        l.name.lend()
+    })
+}
+
+/// Keeps `name`, the family's of policy `policy` in `slot`, for the next hit
+/// ([`kept_family_name`]).
+fn keep_family_name(policy: &[u8], slot: u16, name: &OwnedString) {
+    let Some(name) = KeptString::retain(name) else {
+        return;
+    };
+    LAST_FAMILY.with(|last| {
+        if let Ok(mut last) = last.try_borrow_mut() {
+            *last = Some(LastFamily {
+                policy: SmallVec::from_slice(policy),
+                slot,
+                name,
+            });
+        }
+    });
 }
 
 /// [`limiters::decide`] of a hit of `cost` on several limiters' `slots` at `now` (apart from
@@ -101,7 +145,16 @@ pub(super) fn run(
     clock: Clock,
     shadow: Shadow,
 ) -> Result<Ran, Error> {
-    let name = family_name(ctx, policy, subject, tagged)?;
+    let slot = def::family_slot(subject, tagged);
+    let (name, kept) = match kept_family_name(policy, slot) {
+        Some(name) => (name, true),
+        None => {
+            let key = def::FamilyKey::of_slot(policy, slot);
+            let name =
+                OwnedString::new(ctx, key.as_bytes()).ok_or_else(|| Error::Internal("RL.HIT"))?;
+            (name, false)
+        }
+    };
     let mut key = Key::open(ctx, name.arg(), true);
     let mut effect = EffectWriter::new(
         &[crate::core::effect::BINARY, FamilyEffect::EFFECT_CODE],
@@ -136,6 +189,8 @@ pub(super) fn run(
     // What was changed goes on, even when the hit then failed (a layout changed first).
     if effect.len() > ops {
         api::replicate_effect(ctx, name.arg(), effect.as_bytes());
+    } else if !kept {
+        keep_family_name(policy, slot, &name);
     }
     result
 }

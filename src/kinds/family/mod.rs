@@ -1206,16 +1206,22 @@ impl EffectWriter {
         if let Some(after) = after {
             let (delta, d) = varint_bytes(u64::from(after));
             let delta = delta.get(..d).unwrap_or_default();
-            // At once on the stack: a short subject, an entry of the layout's width.
-            let n = 2 + subject.len() + delta.len() + entry.len();
-            if let (true, true, false) = (subject.len() < 128, self.spill.is_empty(), sized) {
+            // At once on the stack: a short subject, an entry of the layout's width (or of
+            // its own length below 128, that length in one byte first).
+            let sized_len = usize::from(sized);
+            let n = 2 + subject.len() + delta.len() + sized_len + entry.len();
+            let short = subject.len() < 128 && (!sized || entry.len() < 128);
+            if let (true, true) = (short, self.spill.is_empty()) {
                 if let Some(b) = self.buf.get_mut(self.len..self.len + n) {
                     let (head, rest) = b.split_at_mut(2);
                     head.copy_from_slice(&[PUT_AFTER, subject.len() as u8]);
                     let (s, rest) = rest.split_at_mut(subject.len());
                     s.copy_from_slice(subject);
-                    let (t, e) = rest.split_at_mut(delta.len());
+                    let (t, rest) = rest.split_at_mut(delta.len());
                     t.copy_from_slice(delta);
+                    let (l, e) = rest.split_at_mut(sized_len);
+                    let len = [entry.len() as u8];
+                    l.copy_from_slice(len.get(..sized_len).unwrap_or_default());
                     e.copy_from_slice(entry);
                     self.len += n;
                     return;

@@ -170,6 +170,10 @@ CASES=(
   # Refused on a log of 100 records (one a second), as a full log is under real traffic.
   "hit-slide-full-refuse  | spread:1000     | 0   | -      | slide-hot-refuse          | 100 | RL.HIT pslr u"
   "chit-slide-full-refuse | spread:1000     | 0   | -      | hit-slide-full-refuse     | 100 | RL.HIT cslr u"
+  # The same log beside a bucket (a policy of two limiters: limiters::decide over the
+  # family's entry).
+  "hit-mix-full-refuse    | spread:1000     | 0   | -      | hit-slide-full-refuse     | 100 | RL.HIT pmx u"
+  "chit-mix-full-refuse   | spread:1000     | 0   | -      | hit-mix-full-refuse       | 100 | RL.HIT cmx u"
   "chit-slide-live       | live            | 1   | -      | hit-slide-live            | 100 | RL.HIT csll k:__rand_int__"
   "chit-slide-new        | new=chit-slide-live | 1 | -    | hit-slide-new             | 100 | RL.HIT csll n:__rand_int__"
 
@@ -292,6 +296,8 @@ POLICIES=(
   "psll s SLIDE 100 86400000"
   "cslr COMPACT s SLIDE 100 86400000"
   "csll COMPACT s SLIDE 100 86400000"
+  "pmx s SLIDE 100 86400000 t TOKEN 1000000 1000"
+  "cmx COMPACT s SLIDE 100 86400000 t TOKEN 1000000 1000"
 )
 HIT=
 # Policies a build before issue 29 or 30 cannot hold (SHADOW, PENALTY, COMPACT): their cases

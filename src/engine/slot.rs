@@ -208,6 +208,10 @@ impl<K: Storable> Drop for Unpacked<'_, K> {
     fn drop(&mut self) {
         if self.touched {
             self.slot.store(&self.state);
+        } else if let Some(held @ Held::Encoded(_)) = &self.slot.state {
+            // Read and left as it was (a refusal): kept for the next hit ([`take_state`]),
+            // a copy (a log's is cheaper than decoding it again).
+            keep_state(held, self.state.clone());
         }
     }
 }
@@ -222,7 +226,7 @@ impl Slot for PackedSlot {
         let Some(held) = &self.state else {
             return Ok(None);
         };
-        let state = state_of::<K>(held).ok_or_else(|| Error::Internal("RL.HIT"))?;
+        let state = take_state::<K>(held).ok_or_else(|| Error::Internal("RL.HIT"))?;
         Ok(Some(Unpacked {
             state,
             slot: self,

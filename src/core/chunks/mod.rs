@@ -524,6 +524,32 @@ impl<T: Copy + Default + Send + 'static> Chunks<T> {
         self.push_back_grown(value);
     }
 
+    /// Appends `values`, copied a chunk's room at a time ([`Chunks::push_back`] each
+    /// otherwise).
+    pub fn extend_from_slice(&mut self, mut values: &[T]) {
+        while let Some((&first, rest)) = values.split_first() {
+            let p = self.tail();
+            let room = self.index.last_mut().and_then(|last| {
+                let at = usize::try_from(p.checked_sub(last.start)?).ok()?;
+                last.slots.get_mut(at..)
+            });
+            let n = room.as_ref().map_or(0, |r| r.len().min(values.len()));
+            match (room, values.split_at_checked(n)) {
+                (Some(room), Some((now, later))) if n > 0 => {
+                    if let Some(to) = room.get_mut(..n) {
+                        to.copy_from_slice(now);
+                    }
+                    self.len += n;
+                    values = later;
+                }
+                _ => {
+                    self.push_back_grown(first);
+                    values = rest;
+                }
+            }
+        }
+    }
+
     /// [`Chunks::push_back`] where the last chunk has no room for it.
     #[inline(never)]
     fn push_back_grown(&mut self, value: T) {
@@ -774,8 +800,10 @@ impl<T: Copy + Default + Send + 'static> Clone for Chunks<T> {
     /// A compact copy: the values only, in new chunks.
     fn clone(&self) -> Self {
         let mut copy = Chunks::new();
-        for v in self.iter() {
-            copy.push_back(*v);
+        // One buffer at once for a log within the first buffer's size.
+        copy.reserve(self.len);
+        for s in self.slices() {
+            copy.extend_from_slice(s);
         }
         copy
     }

@@ -38,6 +38,8 @@ fn wide(v: u64) -> Wide {
 enum Op {
     Push(u64),
     PushMany(u16),
+    Extend(u16),
+    Reserve(u16),
     DropFront(usize),
     Truncate(usize),
     Set(usize, u64),
@@ -47,6 +49,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => any::<u64>().prop_map(Op::Push),
         2 => (1u16..3000).prop_map(Op::PushMany),
+        2 => (0u16..3000).prop_map(Op::Extend),
+        1 => (0u16..3000).prop_map(Op::Reserve),
         2 => (0usize..2000).prop_map(Op::DropFront),
         1 => (0usize..3000).prop_map(Op::Truncate),
         1 => (any::<usize>(), any::<u64>()).prop_map(|(i, v)| Op::Set(i, v)),
@@ -112,6 +116,13 @@ proptest! {
                         model.push(next);
                     }
                 }
+                Op::Extend(n) => {
+                    let values: Vec<Wide> = (0..n).map(|k| wide(next + 1 + u64::from(k))).collect();
+                    next += u64::from(n);
+                    c.extend_from_slice(&values);
+                    model.extend(values.iter().map(|w| w.0));
+                }
+                Op::Reserve(n) => c.reserve(usize::from(n)),
                 Op::DropFront(n) => {
                     c.drop_front(n);
                     model.drain(..n.min(model.len()));

@@ -223,14 +223,7 @@ fn replicas_reloads_and_restarts_keep_the_bans(server: Server) {
 fn the_aof_and_its_rewrite_keep_bans_and_shadow_policies() {
     // Every write in the AOF before its reply (a crash follows; `everysec` may hold one
     // back while a fsync runs).
-    let mut s = Server::start(&[
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-        "--aof-use-rdb-preamble",
-        "no",
-    ]);
+    let mut s = Server::start(crate::common::AOF_ALWAYS_NO_PREAMBLE);
     let mut c = s.conn();
     ok(
         &mut c,

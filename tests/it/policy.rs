@@ -449,14 +449,7 @@ fn rl_top_forgets_what_is_older_than_its_window() {
 #[rstest]
 fn a_rewrite_without_rdb_preamble_holds_the_policies_with_its_first_key() {
     // Every write in the AOF before its reply (a crash follows).
-    let mut s = Server::start(&[
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-        "--aof-use-rdb-preamble",
-        "no",
-    ]);
+    let mut s = Server::start(crate::common::AOF_ALWAYS_NO_PREAMBLE);
     let mut c = s.conn();
     some_policies(&mut c);
     let rewriting = |c: &mut Connection| {

@@ -25,6 +25,18 @@ static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
 /// The module config that bounds how far ahead of the server clock a client's NOW may be.
 pub const NOW_MAX_AHEAD: &str = "ratelimit.now-max-ahead-ms";
 
+/// A server's arguments for an AOF of commands only (no RDB preamble), each write in it
+/// before its reply (`everysec` may hold one back while a fsync runs): for tests that read
+/// the AOF, or crash the server, right after writing.
+pub const AOF_ALWAYS_NO_PREAMBLE: &[&str] = &[
+    "--appendonly",
+    "yes",
+    "--appendfsync",
+    "always",
+    "--aof-use-rdb-preamble",
+    "no",
+];
+
 /// The module built by `cargo test`: next to the test binary (`target/<profile>/deps`) or one
 /// level up, unless `RATELIMIT_MODULE` names it.
 pub fn module_path() -> PathBuf {
